@@ -1,0 +1,1 @@
+"""Datasets: one module per dataset (fetch, synthesize, prepare) plus shared download code."""

@@ -1,0 +1,1 @@
+"""Framework training and evaluation loops."""
