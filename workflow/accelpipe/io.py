@@ -1,0 +1,60 @@
+"""Atomic file and directory output.
+
+Declared outputs are written to a temporary sibling and renamed into place, so a
+killed job never leaves a file or folder that looks complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside `final`; rename it onto `final` on success.
+
+    Works for files and directories. On error the temporary is removed and
+    `final` (if it existed) is left untouched.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    target = tmp / final.name
+    try:
+        yield target
+        if final.is_dir() and not final.is_symlink():
+            shutil.rmtree(final)
+        os.replace(target, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` to `path` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike[str], data: Any) -> None:
+    """Write `data` as indented JSON to `path` atomically."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read JSON, naming the file in the error if it is missing or malformed."""
+    from accelpipe.errors import DataError
+
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
