@@ -1,1 +1,20 @@
-"""Datasets: one module per dataset (fetch, synthesize, prepare) plus shared download code."""
+"""Datasets: one module per dataset (raw sources and preparation) plus shared download code.
+
+A dataset module exposes `make_raw(cfg, out, downloads)` and
+`prepare_variant(variant, raw, out, cfg, workers)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from accelpipe.errors import ConfigError
+
+DATASETS = ("brats",)
+
+
+def get(name: str) -> ModuleType:
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
+    return importlib.import_module(f"accelpipe.datasets.{name}")

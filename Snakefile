@@ -1,0 +1,25 @@
+# accelpipe: dataset -> prepare -> train -> evaluate -> trace summary -> results.
+# Targets: results/unet2d/fold<k>, results/unet2d/cv. See README.md.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/evaluate.smk"
+include: "rules/trace.smk"
+include: "rules/publish.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/unet2d/fold0",

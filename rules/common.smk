@@ -1,0 +1,141 @@
+import json
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+# The Snakefile reads the schema from this checkout's package; the rules run the
+# `accelpipe` CLI of the active environment (`make` installs this checkout into it).
+PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
+sys.path.insert(0, str(PACKAGE_ROOT))
+
+from accelpipe.config import validate as validate_config
+from accelpipe.errors import ConfigError
+
+try:
+    _validated = validate_config(dict(config))
+except ConfigError as err:
+    raise WorkflowError(f"invalid config: {err}") from None
+config.clear()
+config.update(_validated)
+
+DATA = config["data_root"]
+
+# workload -> (dataset, prepared variant)
+WORKLOAD_DATA = {"unet2d": ("brats", "2d")}
+# (dataset, variant) -> workload whose `prepare` settings define the variant
+VARIANT_OWNER = {data: workload for workload, data in WORKLOAD_DATA.items()}
+# modules each stage executes, relative to workflow/accelpipe
+STAGE_CODE = {
+    "raw": {"brats": ["datasets/brats.py", "datasets/msd.py", "datasets/download.py"]},
+    "prepare": {"brats": ["datasets/brats.py"]},
+    "train": {
+        "unet2d": [
+            "workloads/unet2d.py",
+            "models/dynunet2d.py",
+            "losses.py",
+            "datasets/slices.py",
+            "transforms.py",
+            "engines/torch_trainer.py",
+            "devices.py",
+        ]
+    },
+    "evaluate": {
+        "unet2d": [
+            "workloads/unet2d.py",
+            "models/dynunet2d.py",
+            "metrics.py",
+            "devices.py",
+        ]
+    },
+}
+
+
+wildcard_constraints:
+    workload="|".join(WORKLOAD_DATA),
+    dataset="|".join(sorted({d for d, _ in WORKLOAD_DATA.values()})),
+    variant="[a-z0-9]+",
+    run="(?!cv$)[A-Za-z0-9_-]+",
+
+
+def as_json(value):
+    """Config slices travel to the CLI as canonical JSON (also Snakemake's params trigger)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def package_files(paths):
+    return [str(PACKAGE_ROOT / "accelpipe" / p) for p in paths]
+
+
+def code_for(stage):
+    """Input function: the package modules a stage executes, so edits re-run it."""
+
+    def modules(wildcards):
+        key = wildcards.get("dataset") or wildcards.get("workload")
+        return package_files(STAGE_CODE[stage][key])
+
+    return modules
+
+
+def raw_config(wildcards):
+    return as_json(config["datasets"][wildcards.dataset])
+
+
+def prepare_config(wildcards):
+    workload = VARIANT_OWNER[(wildcards.dataset, wildcards.variant)]
+    block = config[workload]
+    return as_json({"prepare": block["prepare"], "folds": block["folds"]})
+
+
+def train_config(wildcards):
+    block = config[wildcards.workload]
+    return as_json(
+        {
+            "backend": config["backend"],
+            "model": block["model"],
+            "train": block["train"],
+            "profile": block["profile"],
+        }
+    )
+
+
+def evaluate_config(wildcards):
+    block = config[wildcards.workload]
+    train = block["train"]
+    return as_json(
+        {
+            "backend": config["backend"],
+            "evaluate": block["evaluate"],
+            "train": {
+                "precision": train["precision"],
+                "channels_last": train["channels_last"],
+            },
+        }
+    )
+
+
+def publish_config(wildcards):
+    dataset, _ = WORKLOAD_DATA[wildcards.workload]
+    return as_json(
+        {
+            "backend": config["backend"],
+            "runtime": config["runtime"],
+            "datasets": {dataset: config["datasets"][dataset]},
+            wildcards.workload: config[wildcards.workload],
+        }
+    )
+
+
+def raw_dir(wildcards):
+    dataset, _ = WORKLOAD_DATA[wildcards.workload]
+    return f"{DATA}/raw/{dataset}"
+
+
+def prepared_dir(wildcards):
+    dataset, variant = WORKLOAD_DATA[wildcards.workload]
+    return f"{DATA}/prepared/{dataset}/{variant}"
+
+
+def fold_results(wildcards):
+    folds = config[wildcards.workload]["folds"]
+    return [f"results/{wildcards.workload}/fold{k}" for k in range(folds)]

@@ -1,0 +1,45 @@
+rule publish_run:
+    input:
+        raw=raw_dir,
+        data=prepared_dir,
+        model="work/{workload}/{run}/train",
+        eval="work/{workload}/{run}/eval",
+        trace="work/{workload}/{run}/trace",
+        code=package_files(["publish.py", "provenance.py"]),
+    output:
+        report(
+            directory("results/{workload}/{run}"),
+            patterns=["{name}.png", "{name}.csv", "{name}.json", "{name}.md"],
+            caption="../report/run.rst",
+            category="{workload}",
+            subcategory="{run}",
+        ),
+    log:
+        "logs/{workload}/{run}/publish.log",
+    conda:
+        "../envs/torch-cpu.yaml"
+    params:
+        cfg=publish_config,
+    shell:
+        "accelpipe publish --raw {input.raw} --prepared {input.data} --model {input.model}"
+        " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
+        " --out {output} > {log} 2>&1"
+
+
+rule cross_validation:
+    input:
+        fold_results,
+    output:
+        report(
+            directory("results/{workload}/cv"),
+            patterns=["{name}.csv", "{name}.json"],
+            caption="../report/cv.rst",
+            category="{workload}",
+            subcategory="cross-validation",
+        ),
+    log:
+        "logs/{workload}/cv.log",
+    conda:
+        "../envs/torch-cpu.yaml"
+    shell:
+        "accelpipe aggregate --runs {input} --out {output} > {log} 2>&1"

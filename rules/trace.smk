@@ -1,0 +1,12 @@
+rule summarize_trace:
+    input:
+        train="work/{workload}/{run}/train",
+        code=package_files(["traces.py"]),
+    output:
+        directory("work/{workload}/{run}/trace"),
+    log:
+        "logs/{workload}/{run}/summarize_trace.log",
+    conda:
+        "../envs/torch-cpu.yaml"
+    shell:
+        "accelpipe summarize-trace --traces {input.train}/traces --out {output} > {log} 2>&1"

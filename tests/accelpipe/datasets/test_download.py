@@ -1,0 +1,317 @@
+"""Tests for accelpipe.datasets.download against a local faulty HTTP server."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from accelpipe.datasets.download import download, md5sum, part_path, safe_extract
+from accelpipe.errors import DataError
+
+from tests.helpers.http_server import Faults, FileServer
+
+SIZE = 300_000
+CUT = 100_000
+
+
+@pytest.fixture
+def payload() -> bytes:
+    # Deterministic, incompressible-looking bytes: any misplaced byte changes the md5.
+    return b"".join(hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(SIZE // 32))
+
+
+@pytest.fixture
+def server(tmp_path: Path, payload: bytes) -> Iterator[FileServer]:
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "data.bin").write_bytes(payload)
+    with FileServer(www) as srv:
+        yield srv
+
+
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def _get(server: FileServer, dest: Path, **kwargs: object) -> Path:
+    kwargs = {"backoff_s": 0.0, "chunk_bytes": 16 * 1024, "progress": False, **kwargs}
+    return download(server.url("data.bin"), dest, **kwargs)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- download
+
+
+def test_plain_download_with_md5(server: FileServer, payload: bytes, tmp_path: Path) -> None:
+    dest = tmp_path / "out" / "data.bin"
+    assert _get(server, dest, md5=_md5(payload)) == dest
+    assert dest.read_bytes() == payload
+    assert not part_path(dest).exists()
+    assert [r.status for r in server.log] == [200]
+
+
+def test_resume_after_cut_connection(server: FileServer, payload: bytes, tmp_path: Path) -> None:
+    server.faults = Faults(cut_after_bytes=CUT, cut_first=1)
+    dest = tmp_path / "data.bin"
+    _get(server, dest, md5=_md5(payload))
+    assert md5sum(dest) == _md5(payload)
+    first, second = server.log
+    assert (first.range, first.body_bytes) == (None, CUT)
+    assert (second.range, second.status) == (f"bytes={CUT}-", 206)
+    assert server.bytes_sent < 2 * SIZE
+
+
+def test_later_call_resumes_kept_part(server: FileServer, payload: bytes, tmp_path: Path) -> None:
+    """Retries exhausted (a killed job): the .part stays and the next call resumes it."""
+    server.faults = Faults(cut_after_bytes=CUT, cut_first=2)
+    dest = tmp_path / "data.bin"
+    with pytest.raises(DataError, match=r"data\.bin: download failed after 2 attempts") as err:
+        _get(server, dest, md5=_md5(payload), retries=1)
+    assert server.url("data.bin") in str(err.value)
+    assert not dest.exists()
+    assert part_path(dest).stat().st_size == 2 * CUT  # second attempt resumed the first
+
+    server.faults = Faults()
+    _get(server, dest, md5=_md5(payload))
+    assert dest.read_bytes() == payload
+    assert server.log[-1].range == f"bytes={2 * CUT}-"
+
+
+def test_server_ignoring_range_restarts_from_zero(
+    server: FileServer, payload: bytes, tmp_path: Path
+) -> None:
+    server.faults = Faults(ignore_range=True)
+    dest = tmp_path / "data.bin"
+    part_path(dest).write_bytes(b"garbage that must not be kept")
+    _get(server, dest)  # no md5: the content check below is the only guard
+    assert dest.read_bytes() == payload
+    assert server.log[0].range == "bytes=29-"
+    assert server.log[0].status == 200
+
+
+def test_cut_then_range_ignored(server: FileServer, payload: bytes, tmp_path: Path) -> None:
+    server.faults = Faults(cut_after_bytes=CUT, cut_first=1, ignore_range=True)
+    dest = tmp_path / "data.bin"
+    _get(server, dest, md5=_md5(payload))
+    assert dest.read_bytes() == payload
+    assert [(r.range, r.status) for r in server.log] == [(None, 200), (f"bytes={CUT}-", 200)]
+
+
+def test_server_errors_then_success(server: FileServer, payload: bytes, tmp_path: Path) -> None:
+    server.faults = Faults(error_status=503, error_first=2)
+    dest = tmp_path / "data.bin"
+    _get(server, dest, md5=_md5(payload))
+    assert dest.read_bytes() == payload
+    assert [r.status for r in server.log] == [503, 503, 200]
+
+
+def test_server_errors_exhaust_retries(server: FileServer, tmp_path: Path) -> None:
+    server.faults = Faults(error_status=500, error_first=10)
+    dest = tmp_path / "data.bin"
+    with pytest.raises(DataError, match=r"failed after 3 attempts.*HTTP 500"):
+        _get(server, dest, retries=2)
+    assert len(server.log) == 3
+    assert not dest.exists()
+
+
+def test_404_fails_at_once_naming_url(server: FileServer, tmp_path: Path) -> None:
+    url = server.url("missing.tar")
+    with pytest.raises(DataError) as err:
+        download(url, tmp_path / "missing.tar", backoff_s=0.0, progress=False)
+    assert str(err.value).startswith(f"{url}: HTTP 404")
+    assert len(server.log) == 1
+    assert not (tmp_path / "missing.tar").exists()
+
+
+def test_wrong_md5_removes_part(server: FileServer, payload: bytes, tmp_path: Path) -> None:
+    dest = tmp_path / "data.bin"
+    wrong = "0" * 32
+    with pytest.raises(DataError) as err:
+        _get(server, dest, md5=wrong)
+    message = str(err.value)
+    assert str(dest) in message and wrong in message and _md5(payload) in message
+    assert not dest.exists()
+    assert not part_path(dest).exists()
+
+
+def test_416_on_complete_part_is_verified(
+    server: FileServer, payload: bytes, tmp_path: Path
+) -> None:
+    dest = tmp_path / "data.bin"
+    part_path(dest).write_bytes(payload)  # killed after the last byte, before the rename
+    _get(server, dest, md5=_md5(payload))
+    assert dest.read_bytes() == payload
+    assert [(r.range, r.status) for r in server.log] == [(f"bytes={SIZE}-", 416)]
+
+
+def test_cache_hit_makes_no_request(server: FileServer, payload: bytes, tmp_path: Path) -> None:
+    dest = tmp_path / "data.bin"
+    dest.write_bytes(payload)
+    assert _get(server, dest, md5=_md5(payload)) == dest
+    assert server.log == []
+
+
+def test_existing_dest_with_wrong_md5_is_kept(server: FileServer, tmp_path: Path) -> None:
+    dest = tmp_path / "data.bin"
+    dest.write_bytes(b"user's own file")
+    with pytest.raises(DataError, match=r"data\.bin: existing file has md5"):
+        _get(server, dest, md5="0" * 32)
+    assert dest.read_bytes() == b"user's own file"
+    assert server.log == []
+
+
+# ------------------------------------------------------------------------- safe_extract
+
+
+def _add(tf: tarfile.TarFile, name: str, data: bytes = b"x", **attrs: object) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data) if attrs.get("type", tarfile.REGTYPE) == tarfile.REGTYPE else 0
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    tf.addfile(info, io.BytesIO(data) if info.size else None)
+
+
+def _tar(path: Path, members: list[tuple[str, dict[str, object]]], mode: str = "w") -> Path:
+    with tarfile.open(path, mode) as tf:
+        _add(tf, "top/ok.txt", b"hello")
+        for name, attrs in members:
+            _add(tf, name, **attrs)
+    return path
+
+
+def test_extract_tar_gz(tmp_path: Path) -> None:
+    archive = _tar(tmp_path / "a.tar.gz", [("top/sub/b.txt", {})], mode="w:gz")
+    out = safe_extract(archive, tmp_path / "out")
+    assert (out / "top" / "ok.txt").read_text() == "hello"
+    assert (out / "top" / "sub" / "b.txt").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar.gz", "out"]  # no temp left
+
+
+def test_extract_replaces_existing_dest(tmp_path: Path) -> None:
+    archive = _tar(tmp_path / "a.tar", [])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "stale.txt").write_text("old")
+    safe_extract(archive, tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "out")) == ["top"]
+
+
+def test_extract_zip(tmp_path: Path) -> None:
+    archive = tmp_path / "a.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("top/ok.txt", "hello")
+        zf.writestr("top/sub/", "")
+    out = safe_extract(archive, tmp_path / "out")
+    assert (out / "top" / "ok.txt").read_text() == "hello"
+    assert (out / "top" / "sub").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs"),
+    [
+        ("../evil", {}),
+        ("top/../../evil", {}),
+        ("/tmp/evil", {}),
+        ("top/link", {"type": tarfile.SYMTYPE, "linkname": "../../etc"}),
+        ("top/abs", {"type": tarfile.SYMTYPE, "linkname": "/etc/passwd"}),
+        ("top/hard", {"type": tarfile.LNKTYPE, "linkname": "../outside"}),
+        ("top/dev", {"type": tarfile.CHRTYPE}),
+    ],
+)
+def test_tar_member_escaping_is_refused(tmp_path: Path, name: str, attrs: dict) -> None:
+    archive = _tar(tmp_path / "bad.tar", [(name, attrs)])
+    with pytest.raises(DataError) as err:
+        safe_extract(archive, tmp_path / "out")
+    assert str(archive) in str(err.value) and repr(name) in str(err.value)
+    assert not (tmp_path / "out").exists()
+    assert sorted(os.listdir(tmp_path)) == ["bad.tar"]
+
+
+def test_tar_path_through_symlink_is_refused(tmp_path: Path) -> None:
+    # "top/up" -> ".." stays inside lexically, but "top/up/x" -> "../y" would then land
+    # beside the destination; refusing paths through links closes that gap.
+    archive = _tar(
+        tmp_path / "bad.tar",
+        [
+            ("top/up", {"type": tarfile.SYMTYPE, "linkname": ".."}),
+            ("top/up/x", {"type": tarfile.SYMTYPE, "linkname": "../y"}),
+        ],
+    )
+    with pytest.raises(DataError, match=r"'top/up/x'.*through a link"):
+        safe_extract(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_tar_symlink_inside_is_allowed(tmp_path: Path) -> None:
+    archive = _tar(
+        tmp_path / "a.tar", [("top/alias", {"type": tarfile.SYMTYPE, "linkname": "ok.txt"})]
+    )
+    out = safe_extract(archive, tmp_path / "out")
+    assert (out / "top" / "alias").read_text() == "hello"
+
+
+@pytest.mark.parametrize("name", ["../evil", "/abs/evil", "top/../../evil"])
+def test_zip_member_escaping_is_refused(tmp_path: Path, name: str) -> None:
+    archive = tmp_path / "bad.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("top/ok.txt", "hello")
+        zf.writestr(zipfile.ZipInfo(name), "evil")
+    with pytest.raises(DataError) as err:
+        safe_extract(archive, tmp_path / "out")
+    assert str(archive) in str(err.value) and repr(name) in str(err.value)
+    assert sorted(os.listdir(tmp_path)) == ["bad.zip"]
+
+
+def test_zip_symlink_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "bad.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        info = zipfile.ZipInfo("top/link")
+        info.external_attr = (0o120777) << 16  # S_IFLNK
+        zf.writestr(info, "../../etc/passwd")
+    with pytest.raises(DataError, match="'top/link': symlink"):
+        safe_extract(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["mid-data", "mid-header", "at-boundary"])
+def test_truncated_tar_is_refused(tmp_path: Path, where: str) -> None:
+    members = [(f"top/f{i}.bin", {"data": os.urandom(3000)}) for i in range(3)]
+    full = _tar(tmp_path / "full.tar", members)
+    with tarfile.open(full) as tf:
+        last = tf.getmembers()[-1]
+    # tarfile alone reads a tar cut in or before a header as a valid, shorter archive.
+    cut = {
+        "mid-data": last.offset_data + 100,
+        "mid-header": last.offset + 100,
+        "at-boundary": last.offset,
+    }[where]
+    archive = tmp_path / "cut.tar"
+    archive.write_bytes(full.read_bytes()[:cut])
+    with pytest.raises(DataError) as err:
+        safe_extract(archive, tmp_path / "out")
+    assert str(err.value).startswith(f"{archive}: truncated")
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_tar_gz_and_zip_are_refused(tmp_path: Path) -> None:
+    members = [(f"top/f{i}.bin", {"data": os.urandom(3000)}) for i in range(4)]
+    gz = _tar(tmp_path / "full.tar.gz", members, mode="w:gz")
+    zp = tmp_path / "full.zip"
+    with zipfile.ZipFile(zp, "w") as zf:
+        zf.writestr("top/a.bin", os.urandom(3000))
+    for full in (gz, zp):
+        archive = tmp_path / f"cut{''.join(full.suffixes)}"
+        archive.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+        with pytest.raises(DataError, match=f"^{re.escape(str(archive))}: "):
+            safe_extract(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_archive(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"nope\.tar: archive not found"):
+        safe_extract(tmp_path / "nope.tar", tmp_path / "out")

@@ -1,0 +1,129 @@
+"""The config schema, validation with defaults, and typed views of config slices.
+
+The schema (schemas/config.schema.yaml) is the single source of keys and
+defaults. Snakemake validates the whole config with `validate`; each rule then
+hands its own slice to the CLI as JSON, and stages read it through the frozen
+dataclasses below.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from accelpipe.errors import ConfigError
+
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    """Follow a local `#/definitions/<name>` reference."""
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    return schema()["definitions"][ref.rsplit("/", 1)[-1]]
+
+
+def _fill_defaults(instance: dict[str, Any], node: dict[str, Any]) -> None:
+    for key, sub in node.get("properties", {}).items():
+        sub_resolved = _resolve(sub)
+        if key not in instance:
+            if "default" not in sub and "default" not in sub_resolved:
+                continue
+            instance[key] = copy.deepcopy(sub.get("default", sub_resolved.get("default")))
+        if isinstance(instance[key], dict) and "properties" in sub_resolved:
+            _fill_defaults(instance[key], sub_resolved)
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    path = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = set(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - allowed)
+        keys = ", ".join(f"'{'.'.join(filter(None, [path, k]))}'" for k in unknown)
+        return f"unknown config key {keys} (allowed here: {', '.join(sorted(allowed))})"
+    return f"config key '{path or '<root>'}': {error.message}"
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of `config` with defaults filled in; raise ConfigError naming a bad key."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"config must be a mapping, got {type(config).__name__}")
+    filled = copy.deepcopy(config)
+    root = schema()
+    validator = jsonschema.Draft7Validator(root)
+    # Check unknown keys before filling defaults so the message names the user's key.
+    errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError(_describe(jsonschema.exceptions.best_match(errors)))
+    _fill_defaults(filled, root)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(filled))
+    if error is not None:
+        raise ConfigError(_describe(error))
+    return filled
+
+
+def load_slice(text: str) -> dict[str, Any]:
+    """Parse the JSON config slice a rule passes to the CLI."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--config-json is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--config-json must be a JSON object")
+    return value
+
+
+def view(cls: type, data: dict[str, Any]) -> Any:
+    """Build dataclass `cls` from a validated slice, ignoring keys it does not declare."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileSchedule:
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileConfig:
+    enabled: bool = True
+    schedule: ProfileSchedule = ProfileSchedule()
+
+    @classmethod
+    def from_slice(cls, data: dict[str, Any]) -> ProfileConfig:
+        return cls(enabled=data.get("enabled", True), schedule=view(ProfileSchedule, data.get("schedule", {})))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Training hyperparameters shared by the PyTorch workloads."""
+
+    epochs: int = 100
+    steps_per_epoch: int | None = None
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    scheduler: str = "constant"
+    precision: str = "auto"
+    channels_last: bool = False
+    seed: int = 1
+    oversampling: float = 0.33
+    augment: bool = True
+    loader_workers: int = 2
+    log_every: int = 1

@@ -1,0 +1,378 @@
+"""Resumable, verified downloads and safe archive extraction, shared by every dataset.
+
+`download` streams into `<dest>.part` and only renames it onto `dest` once it is
+complete and its md5 (if given) matches, so an existing `dest` is always a finished
+file. A run that dies keeps its `.part`; the next attempt (or the next pipeline run)
+asks the server for the rest with an HTTP Range request.
+
+`safe_extract` unpacks tar (any compression) and zip archives into a temporary
+folder beside the destination and renames it into place, refusing members that
+would land outside the destination.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import stat
+import sys
+import tarfile
+import time
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import requests
+import urllib3
+from tqdm import tqdm
+
+from accelpipe.errors import DataError
+from accelpipe.io import atomic_path
+
+# Errors that mean "the transfer broke, try again": requests wraps most of urllib3's,
+# but reading resp.raw directly surfaces urllib3's own and bare socket errors.
+_NETWORK_ERRORS = (
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    ConnectionError,
+    TimeoutError,
+)
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_MAX_BACKOFF_S = 60.0
+
+
+class _Retryable(Exception):
+    """A transient failure: the attempt may be repeated, resuming from the .part file."""
+
+
+def md5sum(path: str | os.PathLike[str], chunk_bytes: int = 1 << 20) -> str:
+    """Hex md5 of a file, read in chunks so large archives never sit in memory."""
+    return _hash_file(Path(path), chunk_bytes).hexdigest()
+
+
+def _hash_file(path: Path, chunk_bytes: int = 1 << 20) -> Any:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as fh:
+        while chunk := fh.read(chunk_bytes):
+            digest.update(chunk)
+    return digest
+
+
+def part_path(dest: str | os.PathLike[str]) -> Path:
+    """Where `download` keeps the unfinished bytes of `dest`."""
+    dest = Path(dest)
+    return dest.with_name(dest.name + ".part")
+
+
+def download(
+    url: str,
+    dest: str | os.PathLike[str],
+    *,
+    md5: str | None = None,
+    retries: int = 5,
+    backoff_s: float = 1.0,
+    timeout_s: float = 60.0,
+    chunk_bytes: int = 1 << 20,
+    progress: bool = True,
+) -> Path:
+    """Download `url` to `dest`, resuming a previous `.part` and verifying `md5`.
+
+    An existing `dest` is a cache hit (no request) when it matches `md5` or no md5
+    is given. An existing `dest` that does not match raises DataError and is left
+    alone: it may be a file the user placed by hand, so deleting it is their call.
+
+    Connection errors, timeouts, truncated bodies, 429 and 5xx are retried `retries`
+    times with exponential backoff; other 4xx fail at once. When retries run out
+    the `.part` is kept so a later call resumes. An md5 mismatch deletes the `.part`
+    (its bytes are unusable) and raises DataError.
+    """
+    dest = Path(dest)
+    if dest.exists():
+        _check_existing(url, dest, md5)
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = part_path(dest)
+    with requests.Session() as session:
+        actual = _download_with_retries(
+            session,
+            url,
+            part,
+            want_md5=md5 is not None,
+            retries=retries,
+            backoff_s=backoff_s,
+            timeout_s=timeout_s,
+            chunk_bytes=chunk_bytes,
+            progress=progress,
+        )
+    if md5 is not None and actual != md5.lower():
+        part.unlink(missing_ok=True)
+        raise DataError(
+            f"{dest}: md5 mismatch for download from {url}: expected {md5}, got {actual} "
+            "(partial file removed; rerun to download again)"
+        )
+    os.replace(part, dest)
+    return dest
+
+
+def _check_existing(url: str, dest: Path, md5: str | None) -> None:
+    if md5 is None:
+        return  # dest only ever appears complete (renamed from .part), so trust it
+    actual = md5sum(dest)
+    if actual != md5.lower():
+        raise DataError(
+            f"{dest}: existing file has md5 {actual}, expected {md5}; "
+            f"delete it to download again from {url}"
+        )
+
+
+def _download_with_retries(
+    session: requests.Session,
+    url: str,
+    part: Path,
+    *,
+    want_md5: bool,
+    retries: int,
+    backoff_s: float,
+    timeout_s: float,
+    chunk_bytes: int,
+    progress: bool,
+) -> str | None:
+    """Run attempts until one completes; return the md5 of the finished .part (if wanted)."""
+    for attempt in range(retries + 1):
+        try:
+            return _attempt(session, url, part, want_md5, timeout_s, chunk_bytes, progress)
+        except _Retryable as err:
+            if attempt == retries:
+                kept = f"; {part} kept for resuming" if part.exists() else ""
+                raise DataError(
+                    f"{url}: download failed after {retries + 1} attempts ({err}){kept}"
+                ) from None
+            time.sleep(min(backoff_s * 2**attempt, _MAX_BACKOFF_S))
+    raise AssertionError("unreachable")
+
+
+def _attempt(
+    session: requests.Session,
+    url: str,
+    part: Path,
+    want_md5: bool,
+    timeout_s: float,
+    chunk_bytes: int,
+    progress: bool,
+) -> str | None:
+    """One GET, resuming from the current .part size. Raises _Retryable on transient errors."""
+    offset = part.stat().st_size if part.exists() else 0
+    # identity: Range offsets and Content-Length must count the bytes we store.
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        resp = session.get(url, headers=headers, stream=True, timeout=timeout_s)
+    except _NETWORK_ERRORS as err:
+        raise _Retryable(f"{type(err).__name__}: {err}") from err
+    with resp:
+        if resp.status_code == 416 and offset:
+            return _finish_416(resp, part, offset, want_md5)
+        _check_status(url, resp)
+        offset, total = _resume_point(resp, part, offset)
+        return _stream(resp, part, offset, total, want_md5, chunk_bytes, progress)
+
+
+def _check_status(url: str, resp: requests.Response) -> None:
+    code = resp.status_code
+    if code in (200, 206):
+        return
+    if code == 429 or code >= 500:
+        raise _Retryable(f"HTTP {code} {resp.reason}")
+    raise DataError(f"{url}: HTTP {code} {resp.reason}")
+
+
+def _finish_416(resp: requests.Response, part: Path, offset: int, want_md5: bool) -> str | None:
+    """416 to a resume request: the .part is complete if the server's size matches it."""
+    match = re.fullmatch(r"bytes \*/(\d+)", resp.headers.get("Content-Range", "").strip())
+    if match and int(match.group(1)) == offset:
+        return _hash_file(part).hexdigest() if want_md5 else None
+    # Bigger than the remote file, or size unknown: the .part cannot be trusted.
+    part.unlink()
+    raise _Retryable(f"HTTP 416 for a resume at byte {offset}; restarting from zero")
+
+
+def _resume_point(resp: requests.Response, part: Path, offset: int) -> tuple[int, int | None]:
+    """Return (offset the body starts at, total size or None) for a 200/206 response."""
+    if resp.status_code == 200:
+        length = resp.headers.get("Content-Length")
+        return 0, int(length) if length and length.isdigit() else None
+    match = _CONTENT_RANGE.fullmatch(resp.headers.get("Content-Range", "").strip())
+    if not match or int(match.group(1)) != offset:
+        part.unlink(missing_ok=True)
+        raise _Retryable(f"unusable Content-Range {resp.headers.get('Content-Range')!r}")
+    total = match.group(3)
+    return offset, int(total) if total != "*" else None
+
+
+def _stream(
+    resp: requests.Response,
+    part: Path,
+    offset: int,
+    total: int | None,
+    want_md5: bool,
+    chunk_bytes: int,
+    progress: bool,
+) -> str | None:
+    """Append (206) or rewrite (200) the body into .part; check the final size."""
+    digest = None
+    if want_md5:  # seed with the bytes already on disk so the md5 covers the whole file
+        digest = _hash_file(part) if offset else hashlib.md5(usedforsecurity=False)
+    bar = tqdm(
+        total=total,
+        initial=offset,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=part.name.removesuffix(".part"),
+        file=sys.stderr,
+        leave=False,
+        disable=None if progress else True,  # None: tqdm hides itself when not a TTY
+    )
+    size = offset
+    with bar, part.open("ab" if offset else "wb") as fh:
+        try:
+            # decode_content=False: store the bytes exactly as served.
+            for chunk in resp.raw.stream(chunk_bytes, decode_content=False):
+                fh.write(chunk)
+                size += len(chunk)
+                bar.update(len(chunk))
+                if digest is not None:
+                    digest.update(chunk)
+        except _NETWORK_ERRORS as err:
+            raise _Retryable(f"connection broken at byte {size}: {type(err).__name__}") from err
+    if total is not None and size != total:
+        if size > total:
+            part.unlink()  # more bytes than announced: the .part is garbage
+        raise _Retryable(f"got {size} of {total} bytes")
+    return digest.hexdigest() if digest is not None else None
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+def safe_extract(archive: str | os.PathLike[str], dest_dir: str | os.PathLike[str]) -> Path:
+    """Extract a tar (any compression) or zip into `dest_dir`, which it replaces.
+
+    Every member is checked first; absolute paths, `..` escapes, links pointing
+    outside, paths through links, and device files raise DataError naming the
+    archive and member. Extraction happens in a temporary sibling folder that is
+    renamed onto `dest_dir` only when complete, so a failure leaves nothing behind.
+    """
+    archive, dest_dir = Path(archive), Path(dest_dir)
+    if not archive.is_file():
+        raise DataError(f"{archive}: archive not found")
+    is_zip = zipfile.is_zipfile(archive)
+    if not is_zip and archive.suffix.lower() == ".zip":
+        raise DataError(f"{archive}: not a readable zip archive (truncated or corrupt)")
+    with atomic_path(dest_dir) as tmp:
+        tmp.mkdir()
+        try:
+            (_extract_zip if is_zip else _extract_tar)(archive, tmp)
+        except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as err:
+            raise DataError(f"{archive}: truncated or corrupt archive ({err})") from None
+        except NotImplementedError as err:  # e.g. a zip compression method Python lacks
+            raise DataError(f"{archive}: unsupported archive feature ({err})") from None
+    return dest_dir
+
+
+def _escapes(path: str) -> bool:
+    """True if a relative archive path is absolute or climbs above the archive root."""
+    if path.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", path):
+        return True
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    return norm == ".." or norm.startswith("../")
+
+
+def _through_link(name: str, links: set[str]) -> bool:
+    """True if some parent folder of `name` is a link member (its target is not checked)."""
+    parts = posixpath.normpath(name).split("/")
+    return any("/".join(parts[:i]) in links for i in range(1, len(parts)))
+
+
+def _tar_member_problem(member: tarfile.TarInfo, links: set[str]) -> str | None:
+    name = member.name
+    if _escapes(name):
+        return "path escapes the destination"
+    if _through_link(name, links):
+        return "path goes through a link member"
+    if member.issym():
+        target = posixpath.join(posixpath.dirname(name), member.linkname)
+        if member.linkname.startswith("/") or _escapes(target):
+            return f"symlink to {member.linkname!r} points outside the destination"
+    if member.islnk() and (_escapes(member.linkname) or _through_link(member.linkname, links)):
+        return f"hard link to {member.linkname!r} points outside the destination"
+    if member.isdev():
+        return "device or fifo members are not allowed"
+    return None
+
+
+class _EndCheckingTarInfo(tarfile.TarInfo):
+    """Records why tarfile stopped reading headers.
+
+    After the first member, tarfile treats a missing, truncated or garbled header as
+    the end of the archive, so a tar cut at a member boundary would extract "fine".
+    Only a zero block is a real end-of-archive marker.
+    """
+
+    @classmethod
+    def fromtarfile(cls, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        try:
+            return super().fromtarfile(tarfile_)
+        except tarfile.HeaderError as err:
+            tarfile_.accelpipe_end = err  # type: ignore[attr-defined]
+            raise
+
+
+def _extract_tar(archive: Path, dest: Path) -> None:
+    with tarfile.open(archive, "r:*", tarinfo=_EndCheckingTarInfo) as tf:
+        members = tf.getmembers()
+        if not isinstance(getattr(tf, "accelpipe_end", None), tarfile.EOFHeaderError):
+            raise DataError(f"{archive}: truncated tar (no end-of-archive marker)")
+        links: set[str] = set()
+        for member in members:
+            problem = _tar_member_problem(member, links)
+            if problem:
+                raise DataError(f"{archive}: refusing member {member.name!r}: {problem}")
+            if member.issym() or member.islnk():
+                links.add(posixpath.normpath(member.name))
+        try:
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
+                # Defence in depth: also checks the real filesystem while extracting.
+                tf.extractall(dest, members=members, filter="data")
+            else:
+                tf.extractall(dest, members=members)
+        except tarfile.FilterError as err:
+            raise DataError(f"{archive}: refusing member {err.tarinfo.name!r}: {err}") from None
+
+
+def _zip_member_problem(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
+    # Any ".." is refused: zipfile would silently drop it and write somewhere else.
+    if _escapes(info.filename) or ".." in info.filename.replace("\\", "/").split("/"):
+        return "path escapes the destination"
+    mode = info.external_attr >> 16
+    if stat.S_ISLNK(mode):
+        # zipfile would write the link target as a plain file: refuse rather than mislead.
+        target = zf.read(info).decode(errors="replace")
+        return f"symlink to {target!r} (links in zip archives are not supported)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
+        return "device or fifo members are not allowed"
+    return None
+
+
+def _extract_zip(archive: Path, dest: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        infos = zf.infolist()
+        for info in infos:
+            problem = _zip_member_problem(zf, info)
+            if problem:
+                raise DataError(f"{archive}: refusing member {info.filename!r}: {problem}")
+        zf.extractall(dest, members=infos)  # CRC of every member is checked while reading

@@ -1,0 +1,149 @@
+"""The one device layer: cpu | cuda | rocm | gaudi.
+
+Resolves a backend name into a torch device, the autocast dtype, memory format,
+Gaudi lazy-mode hooks (mark_step) and the optimizer implementation. A backend
+whose runtime is missing fails at once with BackendUnavailableError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import torch
+
+from accelpipe.errors import BackendUnavailableError, ConfigError
+
+BACKENDS = ("cpu", "cuda", "rocm", "gaudi")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+# bf16 autocast is what the reference recipes use on accelerators; on CPU it is
+# usually slower than fp32 without AMX, so auto means fp32 there.
+_AUTO_PRECISION = {"cpu": "fp32", "cuda": "bf16", "rocm": "bf16", "gaudi": "bf16"}
+
+
+@dataclass
+class Device:
+    """A resolved backend: everything the engines need to know about the hardware."""
+
+    backend: str
+    torch_device: torch.device
+    name: str
+    precision: str
+    channels_last: bool = False
+    htcore: ModuleType | None = field(default=None, repr=False)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return _DTYPES[self.precision]
+
+    @property
+    def lazy_mode(self) -> bool:
+        return self.htcore is not None and os.environ.get("PT_HPU_LAZY_MODE", "1") == "1"
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """Mixed-precision context for forward + loss (no-op for fp32)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.torch_device.type, dtype=self.autocast_dtype)
+
+    def mark_step(self) -> None:
+        """Gaudi lazy mode: flush the accumulated graph (after backward and after the step)."""
+        if self.lazy_mode:
+            self.htcore.mark_step()
+
+    def synchronize(self) -> None:
+        if self.backend in ("cuda", "rocm"):
+            torch.cuda.synchronize(self.torch_device)
+        elif self.backend == "gaudi":
+            torch.hpu.synchronize()
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        model = model.to(self.torch_device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return model
+
+    def to_device(self, tensor: torch.Tensor, *, image: bool = False) -> torch.Tensor:
+        """Move a batch tensor; images (4D) take the channels-last layout when enabled."""
+        tensor = tensor.to(self.torch_device, non_blocking=True)
+        if image and self.channels_last and tensor.dim() == 4:
+            tensor = tensor.contiguous(memory_format=torch.channels_last)
+        return tensor
+
+    def adamw(self, params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float):
+        """AdamW; Habana's fused implementation on Gaudi when it is installed."""
+        if self.backend == "gaudi":
+            with contextlib.suppress(ImportError):
+                from habana_frameworks.torch.hpex.optimizers import FusedAdamW
+
+                return FusedAdamW(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+    def profiler_activities(self) -> list[torch.profiler.ProfilerActivity]:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.backend in ("cuda", "rocm"):
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        elif self.backend == "gaudi" and hasattr(torch.profiler.ProfilerActivity, "HPU"):
+            activities.append(torch.profiler.ProfilerActivity.HPU)
+        return activities
+
+
+def resolve(backend: str, precision: str = "auto", channels_last: bool = False) -> Device:
+    """Check the backend's runtime is present and return its Device."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"config key 'backend': unknown backend {backend!r} ({', '.join(BACKENDS)})")
+    if precision == "auto":
+        precision = _AUTO_PRECISION[backend]
+    if precision not in _DTYPES:
+        raise ConfigError(f"config key 'precision': unknown precision {precision!r}")
+    resolver = {"cpu": _cpu, "cuda": _cuda, "rocm": _rocm, "gaudi": _gaudi}[backend]
+    return resolver(precision, channels_last)
+
+
+def _cpu(precision: str, channels_last: bool) -> Device:
+    name = f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+    return Device("cpu", torch.device("cpu"), name, precision, channels_last)
+
+
+def _require_gpu(backend: str, build_has_it: bool, stack: str) -> None:
+    if not build_has_it:
+        raise BackendUnavailableError(
+            f"backend '{backend}' needs a PyTorch build with {stack}; this one is "
+            f"torch {torch.__version__} without it"
+        )
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            f"backend '{backend}': PyTorch has {stack} but sees no device "
+            "(check the driver and the visibility variables)"
+        )
+
+
+def _cuda(precision: str, channels_last: bool) -> Device:
+    _require_gpu("cuda", torch.version.cuda is not None, "CUDA")
+    name = torch.cuda.get_device_name(0)
+    return Device("cuda", torch.device("cuda", 0), name, precision, channels_last)
+
+
+def _rocm(precision: str, channels_last: bool) -> Device:
+    # ROCm builds of PyTorch expose HIP devices through the torch.cuda API.
+    _require_gpu("rocm", getattr(torch.version, "hip", None) is not None, "ROCm/HIP")
+    name = torch.cuda.get_device_name(0)
+    return Device("rocm", torch.device("cuda", 0), name, precision, channels_last)
+
+
+def _gaudi(precision: str, channels_last: bool) -> Device:
+    os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
+    try:
+        import habana_frameworks.torch.core as htcore
+    except ImportError as err:
+        raise BackendUnavailableError(
+            f"backend 'gaudi' needs habana_frameworks.torch (the Gaudi PyTorch stack): {err}"
+        ) from None
+    if not torch.hpu.is_available():
+        raise BackendUnavailableError("backend 'gaudi': habana_frameworks loaded but no HPU is visible")
+    name = torch.hpu.get_device_name(0)
+    return Device("gaudi", torch.device("hpu"), name, precision, channels_last, htcore)

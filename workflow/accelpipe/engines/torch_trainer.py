@@ -1,0 +1,192 @@
+"""The PyTorch training loop shared by the torch workloads.
+
+A workload supplies the model, the loss and a per-epoch batch iterator; this
+module owns the rest: device placement, autocast, Gaudi mark_step, the profiler
+sections, per-step logging, and epoch checkpoints that let a killed job resume.
+
+Everything is written into a *work* directory that lives outside the rule's
+declared outputs; `finalize` renames it onto the output only once training is
+complete, so a partial run never looks finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from accelpipe.config import ProfileConfig, TrainConfig
+from accelpipe.devices import Device
+
+LOG_FIELDS = ("epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms")
+CHECKPOINT = "checkpoint.pt"
+# Section names recorded with torch.profiler.record_function; the trace
+# summarizer reports each of them.
+SECTIONS = ("data_wait", "forward", "loss", "backward", "optimizer_step")
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class TrainJob:
+    """What a workload hands the loop."""
+
+    model: torch.nn.Module
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor]
+    batches: Callable[[int], Iterable[Batch]]  # epoch -> that epoch's batches
+    steps_per_epoch: int
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int
+) -> torch.optim.lr_scheduler.LRScheduler:
+    if cfg.scheduler == "cosine":
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total_steps) / total_steps))
+        )
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+
+class Trainer:
+    """Runs `TrainJob` for `cfg.epochs`, resuming from `work_dir/checkpoint.pt` if present."""
+
+    def __init__(self, job: TrainJob, device: Device, cfg: TrainConfig, profile: ProfileConfig,
+                 work_dir: Path) -> None:
+        self.job, self.device, self.cfg, self.profile = job, device, cfg, profile
+        self.work_dir = work_dir
+        self.trace_dir = work_dir / "traces"
+        self.model = device.prepare_model(job.model)
+        self.optimizer = device.adamw(self.model.parameters(), cfg.lr, cfg.weight_decay)
+        self.scheduler = make_scheduler(self.optimizer, cfg, cfg.epochs * job.steps_per_epoch)
+        self.epoch = 0
+        self.step = 0
+
+    # -- checkpoints ---------------------------------------------------------
+    def _save_checkpoint(self) -> None:
+        state = {
+            "epoch": self.epoch,
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.random.get_rng_state(),
+        }
+        tmp = self.work_dir / (CHECKPOINT + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(self.work_dir / CHECKPOINT)
+
+    def resume(self) -> bool:
+        """Load the last epoch checkpoint if one exists; return whether it did."""
+        path = self.work_dir / CHECKPOINT
+        if not path.exists():
+            return False
+        state = torch.load(path, map_location=self.device.torch_device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.random.set_rng_state(state["torch_rng"])
+        self.epoch, self.step = state["epoch"], state["step"]
+        _truncate_log(self.work_dir / "train_log.csv", self.step)
+        return True
+
+    # -- the loop ------------------------------------------------------------
+    def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.work_dir / "train_log.csv"
+        new_log = not log_path.exists()
+        with log_path.open("a", newline="") as log_file, self._profiler() as prof:
+            log = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
+            if new_log:
+                log.writeheader()
+            while self.epoch < self.cfg.epochs:
+                self._run_epoch(log, prof)
+                log_file.flush()
+                self.epoch += 1
+                self._save_checkpoint()
+                if on_epoch_end is not None:
+                    on_epoch_end(self.epoch)
+
+    def _run_epoch(self, log: csv.DictWriter, prof: torch.profiler.profile | None) -> None:
+        self.model.train()
+        batches = iter(self.job.batches(self.epoch))
+        for _ in range(self.job.steps_per_epoch):
+            started = time.perf_counter()
+            with torch.profiler.record_function("data_wait"):
+                image, label = next(batches)
+                image = self.device.to_device(image, image=True)
+                label = self.device.to_device(label)
+            waited = time.perf_counter() - started
+            loss = self._train_step(image, label)
+            self.step += 1
+            if self.step % self.cfg.log_every == 0:
+                loss_value = loss.item()  # syncs the device: only on logged steps
+                if not math.isfinite(loss_value):
+                    raise FloatingPointError(f"loss is {loss_value} at step {self.step}")
+                elapsed = time.perf_counter() - started
+                log.writerow({
+                    "epoch": self.epoch, "step": self.step, "loss": f"{loss_value:.6f}",
+                    "lr": f"{self.scheduler.get_last_lr()[0]:.6g}",
+                    "samples_per_s": f"{image.shape[0] / elapsed:.2f}",
+                    "data_wait_ms": f"{waited * 1e3:.3f}", "step_ms": f"{elapsed * 1e3:.3f}",
+                })
+            if prof is not None:
+                prof.step()
+
+    def _train_step(self, image: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.device.autocast():
+            with torch.profiler.record_function("forward"):
+                preds = self.model(image)
+            with torch.profiler.record_function("loss"):
+                loss = self.job.loss_fn(preds, label)
+        with torch.profiler.record_function("backward"):
+            loss.backward()
+            self.device.mark_step()
+        with torch.profiler.record_function("optimizer_step"):
+            self.optimizer.step()
+            self.device.mark_step()
+            self.scheduler.step()
+        return loss.detach()
+
+    def _profiler(self) -> Any:
+        if not self.profile.enabled:
+            return contextlib.nullcontext()
+        s = self.profile.schedule
+        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        return torch.profiler.profile(
+            activities=self.device.profiler_activities(),
+            schedule=torch.profiler.schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat),
+            on_trace_ready=self._export_trace,
+            record_shapes=False,
+        )
+
+    def _export_trace(self, prof: torch.profiler.profile) -> None:
+        # One gzipped chrome trace per profiler cycle; the step number keeps names unique.
+        prof.export_chrome_trace(str(self.trace_dir / f"trace_step{prof.step_num:06d}.json.gz"))
+
+
+def _truncate_log(path: Path, last_step: int) -> None:
+    """Drop log rows written after the checkpoint we resume from."""
+    if not path.exists():
+        return
+    with path.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["step"]) <= last_step]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)

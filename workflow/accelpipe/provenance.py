@@ -1,0 +1,82 @@
+"""Provenance: stage records (timing, host) and the provenance.json a result folder carries."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import socket
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import accelpipe
+from accelpipe.io import read_json
+
+STAGE_FILE = "stage.json"
+PACKAGES = ("torch", "numpy", "nibabel", "snakemake", "jsonschema", "matplotlib")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def stage_record(stage: str, started: float, **facts: Any) -> dict[str, Any]:
+    """What every stage writes to its output's stage.json."""
+    return {
+        "stage": stage,
+        "finished": now_iso(),
+        "seconds": round(time.perf_counter() - started, 3),
+        "host": socket.gethostname(),
+        "accelpipe": accelpipe.__version__,
+        **facts,
+    }
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_state(repo: Path) -> dict[str, Any]:
+    """Commit and dirtiness of the checkout that holds the workflow (None outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", "-C", str(repo), *args], check=True, text=True,
+                                  capture_output=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+# The checkout holding the running package: <repo>/workflow/accelpipe/provenance.py
+SOURCE_REPO = Path(__file__).resolve().parents[2]
+
+
+def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str, Any]:
+    """provenance.json: code version, config, packages, device and per-stage timings."""
+    stages = {name: read_json(d / STAGE_FILE) for name, d in stage_dirs.items()}
+    train = stages.get("train", {})
+    return {
+        "created": now_iso(),
+        "git": git_state(SOURCE_REPO),
+        "accelpipe": accelpipe.__version__,
+        "config": config_slice,
+        "backend": train.get("backend"),
+        "device": train.get("device"),
+        "precision": train.get("precision"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "stages": {name: {"seconds": s.get("seconds"), "finished": s.get("finished"), "host": s.get("host")}
+                   for name, s in stages.items()},
+    }

@@ -1,0 +1,63 @@
+"""Publish a run's user-facing folder and aggregate cross-validation folds."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+from accelpipe import provenance
+from accelpipe.errors import DataError
+from accelpipe.io import atomic_path, read_json, write_json
+
+# (stage, file inside that stage's output dir, name in the result folder)
+RUN_FILES = (
+    ("train", "model.pt", "model.pt"),
+    ("train", "train_log.csv", "train_log.csv"),
+    ("evaluate", "metrics.json", "metrics.json"),
+    ("evaluate", "per_case_dice.csv", "per_case_dice.csv"),
+    ("trace", "summary.json", "trace_summary.json"),
+    ("trace", "summary.md", "trace_summary.md"),
+    ("trace", "step_breakdown.png", "step_breakdown.png"),
+)
+
+
+def publish_run(stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: Path) -> None:
+    """Copy the run's artifacts into `out` and write provenance.json, atomically."""
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for stage, name, target in RUN_FILES:
+            source = stage_dirs[stage] / name
+            if not source.exists():
+                raise DataError(f"{source}: missing output of stage '{stage}'")
+            shutil.copy2(source, tmp / target)
+        write_json(tmp / "provenance.json", provenance.build(stage_dirs, config_slice))
+
+
+def aggregate_folds(run_dirs: list[Path], out: Path) -> dict[str, Any]:
+    """results/<workload>/cv: per-fold and mean Dice over the folds' metrics.json."""
+    per_fold = {d.name: read_json(d / "metrics.json") for d in sorted(run_dirs)}
+    labels = list(next(iter(per_fold.values()))["dice"])
+    summary = {
+        "folds": {run: {"dice": m["dice"], "mean_dice": m["mean_dice"]} for run, m in per_fold.items()},
+        "mean": {
+            "dice": {lab: round(statistics.fmean(m["dice"][lab] for m in per_fold.values()), 6)
+                     for lab in labels},
+            "mean_dice": round(statistics.fmean(m["mean_dice"] for m in per_fold.values()), 6),
+        },
+        "std_mean_dice": round(statistics.pstdev(m["mean_dice"] for m in per_fold.values()), 6),
+        "n_folds": len(per_fold),
+    }
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        write_json(tmp / "cv_metrics.json", summary)
+        with (tmp / "cv_dice.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["fold", *(f"dice_{lab}" for lab in labels), "mean_dice"])
+            for run, m in summary["folds"].items():
+                writer.writerow([run, *(m["dice"][lab] for lab in labels), m["mean_dice"]])
+            mean = summary["mean"]
+            writer.writerow(["mean", *(mean["dice"][lab] for lab in labels), mean["mean_dice"]])
+    return summary

@@ -1,0 +1,133 @@
+"""nnU-Net 2D on BraTS (MSD Task01): DynUNet2D, Dice+CE with deep supervision, Dice per label.
+
+Runs are folds: `fold0` .. `fold<k-1>` of the 5-fold split written by prepare.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from accelpipe import devices
+from accelpipe.config import ProfileConfig, TrainConfig, view
+from accelpipe.datasets.slices import SliceBatches
+from accelpipe.engines.torch_trainer import Trainer, TrainJob, seed_everything
+from accelpipe.errors import ConfigError
+from accelpipe.io import read_json, write_json
+from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
+from accelpipe.metrics import dice_per_class
+from accelpipe.models.dynunet2d import DynUNet2D
+
+DATASET = "brats"
+VARIANT = "2d"
+CLASSES = (1, 2, 3)
+_RUN = re.compile(r"fold(\d+)")
+
+
+def fold_of(run: str, n_folds: int) -> int:
+    match = _RUN.fullmatch(run)
+    if match is None or int(match.group(1)) >= n_folds:
+        raise ConfigError(f"unet2d run {run!r} is not a fold: expected fold0..fold{n_folds - 1}")
+    return int(match.group(1))
+
+
+def split(prepared: Path, run: str) -> dict[str, list[str]]:
+    folds = read_json(prepared / "folds.json")
+    return folds["folds"][fold_of(run, folds["n_folds"])]
+
+
+def build_model(model_cfg: dict[str, Any], data_cfg: dict[str, Any]) -> DynUNet2D:
+    return DynUNet2D(
+        in_channels=data_cfg["in_channels"],
+        n_class=data_cfg["n_class"],
+        filters=model_cfg["filters"],
+        strides=model_cfg["strides"],
+        deep_supervision=model_cfg["deep_supervision"],
+        deep_supr_num=model_cfg["deep_supr_num"],
+    )
+
+
+def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    """Train one fold into `work_dir` (resuming if it holds a checkpoint); return run facts."""
+    data_cfg = read_json(prepared / "config.json")
+    cases = split(prepared, run)["train"]
+    train_cfg = view(TrainConfig, cfg["train"])
+    device = devices.resolve(cfg["backend"], train_cfg.precision, train_cfg.channels_last)
+    seed_everything(train_cfg.seed)
+    model = build_model(cfg["model"], data_cfg)
+    steps = train_cfg.steps_per_epoch or len(cases)
+
+    def batches(epoch: int) -> torch.utils.data.DataLoader:
+        # Seeded per epoch so a resumed run sees the same batches as an uninterrupted one.
+        dataset = SliceBatches(
+            prepared, cases, batch_size=train_cfg.batch_size, steps=steps,
+            oversampling=train_cfg.oversampling, augment=train_cfg.augment,
+            seed=train_cfg.seed * 100_003 + epoch,
+        )
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=train_cfg.loader_workers,
+            pin_memory=device.backend != "cpu",
+        )
+
+    job = TrainJob(model, DeepSupervisionLoss(DiceCELoss()), batches, steps)
+    trainer = Trainer(job, device, train_cfg, ProfileConfig.from_slice(cfg["profile"]), work_dir)
+    resumed_from = trainer.step if trainer.resume() else None
+    trainer.fit()
+    torch.save(
+        {"state_dict": trainer.model.state_dict(), "model": cfg["model"], "data": data_cfg, "run": run},
+        work_dir / "model.pt",
+    )
+    return {"device": device.name, "backend": device.backend, "precision": device.precision,
+            "steps": trainer.step, "resumed_from_step": resumed_from, "train_cases": len(cases)}
+
+
+@torch.no_grad()
+def predict_volume(model: torch.nn.Module, device: devices.Device, image: np.ndarray,
+                   batch_size: int) -> np.ndarray:
+    """Label map (D, H, W) for a (C, D, H, W) volume, predicted slice by slice."""
+    slices = torch.from_numpy(np.ascontiguousarray(image.transpose(1, 0, 2, 3)))
+    labels = []
+    for start in range(0, slices.shape[0], batch_size):
+        batch = device.to_device(slices[start:start + batch_size], image=True)
+        with device.autocast():
+            logits = model(batch)
+        labels.append(logits.argmax(dim=1).to(torch.uint8).cpu())
+    return torch.cat(labels).numpy()
+
+
+def evaluate(prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """Dice per label on the fold's validation volumes; writes metrics.json, per_case_dice.csv, predictions/."""
+    checkpoint = torch.load(model_dir / "model.pt", map_location="cpu", weights_only=False)
+    device = devices.resolve(cfg["backend"], cfg["train"]["precision"], cfg["train"]["channels_last"])
+    model = device.prepare_model(build_model(checkpoint["model"], checkpoint["data"]))
+    model.load_state_dict(checkpoint["state_dict"])
+    model.eval()
+    (out_dir / "predictions").mkdir(parents=True)
+    rows = []
+    for case in split(prepared, run)["val"]:
+        image = np.load(prepared / f"{case}_x.npy", mmap_mode="r")
+        target = np.load(prepared / f"{case}_y.npy", mmap_mode="r")[0]
+        pred = predict_volume(model, device, image, cfg["evaluate"]["batch_size"])
+        np.save(out_dir / "predictions" / f"{case}.npy", pred)
+        rows.append((case, dice_per_class(pred, target, CLASSES)))
+    per_class = np.mean([d for _, d in rows], axis=0)
+    metrics = {
+        "workload": "unet2d", "run": run, "metric": "dice",
+        "dice": {str(c): round(float(v), 6) for c, v in zip(CLASSES, per_class, strict=True)},
+        "mean_dice": round(float(per_class.mean()), 6),
+        "n_cases": len(rows),
+        "note": "Dice fractions 0..1 per label (1 edema, 2 non-enhancing, 3 enhancing), "
+                "averaged over validation volumes; a label absent from target and prediction scores 1",
+    }
+    write_json(out_dir / "metrics.json", metrics)
+    with (out_dir / "per_case_dice.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["case", *(f"dice_{c}" for c in CLASSES), "mean"])
+        for case, dice in rows:
+            writer.writerow([case, *(f"{v:.6f}" for v in dice), f"{dice.mean():.6f}"])
+    return metrics
