@@ -12,8 +12,8 @@ rule raw_dataset:
         cfg=raw_config,
         downloads=f"{DATA}/downloads/{{dataset}}",
     shell:
-        "accelpipe raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
-        " --out {output} --downloads {params.downloads} > {log} 2>&1"
+        "accelpipe --log {log} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
+        " --out {output} --downloads {params.downloads}"
 
 
 rule prepare_dataset:
@@ -31,6 +31,6 @@ rule prepare_dataset:
     params:
         cfg=prepare_config,
     shell:
-        "accelpipe prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
+        "accelpipe --log {log} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
         " --raw {input.raw} --config-json {params.cfg:q} --out {output}"
-        " --workers {threads} > {log} 2>&1"
+        " --workers {threads}"

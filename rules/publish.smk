@@ -21,9 +21,9 @@ rule publish_run:
     params:
         cfg=publish_config,
     shell:
-        "accelpipe publish --raw {input.raw} --prepared {input.data} --model {input.model}"
+        "accelpipe --log {log} publish --raw {input.raw} --prepared {input.data} --model {input.model}"
         " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
-        " --out {output} > {log} 2>&1"
+        " --out {output}"
 
 
 rule cross_validation:
@@ -42,4 +42,4 @@ rule cross_validation:
     conda:
         "../envs/torch-cpu.yaml"
     shell:
-        "accelpipe aggregate --runs {input} --out {output} > {log} 2>&1"
+        "accelpipe --log {log} aggregate --runs {input} --out {output}"

@@ -9,4 +9,4 @@ rule summarize_trace:
     conda:
         "../envs/torch-cpu.yaml"
     shell:
-        "accelpipe summarize-trace --traces {input.train}/traces --out {output} > {log} 2>&1"
+        "accelpipe --log {log} summarize-trace --traces {input.train}/traces --out {output}"

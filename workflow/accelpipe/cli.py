@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import shutil
 import sys
 import time
@@ -23,6 +24,7 @@ from accelpipe.errors import AccelpipeError
 from accelpipe.io import atomic_path, write_json
 
 Handler = Callable[[argparse.Namespace], None]
+log = logging.getLogger("accelpipe")
 
 
 def _slice(args: argparse.Namespace) -> dict[str, Any]:
@@ -45,7 +47,9 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     module = datasets.get(args.dataset)
     # The dataset's prepare writes its output atomically itself.
-    module.prepare_variant(args.variant, Path(args.raw), Path(args.out), _slice(args), workers=args.workers)
+    module.prepare_variant(
+        args.variant, Path(args.raw), Path(args.out), _slice(args), workers=args.workers
+    )
     _write_stage(Path(args.out), "prepare", started, dataset=args.dataset, variant=args.variant)
 
 
@@ -69,7 +73,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     out = Path(args.out)
     work_dir = _resume_dir(out, args)
     work_dir.mkdir(parents=True, exist_ok=True)
-    facts = workloads.get(args.workload).train(Path(args.prepared), args.run, _slice(args), work_dir)
+    facts = workloads.get(args.workload).train(
+        Path(args.prepared), args.run, _slice(args), work_dir
+    )
     (work_dir / "checkpoint.pt").unlink(missing_ok=True)
     _write_stage(work_dir, "train", started, workload=args.workload, run=args.run, **facts)
     if out.exists():
@@ -81,16 +87,20 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     module = workloads.get(args.workload)
     with atomic_path(args.out) as tmp:
-        metrics = module.evaluate(Path(args.prepared), args.run, _slice(args), Path(args.model), tmp)
+        metrics = module.evaluate(
+            Path(args.prepared), args.run, _slice(args), Path(args.model), tmp
+        )
         _write_stage(tmp, "evaluate", started, workload=args.workload, run=args.run)
-    print(json.dumps(metrics, indent=2))
+    log.info("metrics: %s", json.dumps(metrics))
 
 
 def cmd_summarize_trace(args: argparse.Namespace) -> None:
     from accelpipe import traces
 
     started = time.perf_counter()
-    paths = sorted(p for p in Path(args.traces).iterdir() if p.name.endswith((".json", ".json.gz", ".zip")))
+    paths = sorted(
+        p for p in Path(args.traces).iterdir() if p.name.endswith((".json", ".json.gz", ".zip"))
+    )
     if not paths:
         raise AccelpipeError(f"{args.traces}: no trace files (*.json, *.json.gz, *.zip)")
     with atomic_path(args.out) as tmp:
@@ -102,8 +112,11 @@ def cmd_publish(args: argparse.Namespace) -> None:
     from accelpipe.publish import publish_run
 
     stage_dirs = {
-        "raw": Path(args.raw), "prepare": Path(args.prepared), "train": Path(args.model),
-        "evaluate": Path(args.eval), "trace": Path(args.trace),
+        "raw": Path(args.raw),
+        "prepare": Path(args.prepared),
+        "train": Path(args.model),
+        "evaluate": Path(args.eval),
+        "trace": Path(args.trace),
     }
     publish_run(stage_dirs, _slice(args), Path(args.out))
 
@@ -112,11 +125,16 @@ def cmd_aggregate(args: argparse.Namespace) -> None:
     from accelpipe.publish import aggregate_folds
 
     summary = aggregate_folds([Path(r) for r in args.runs], Path(args.out))
-    print(json.dumps(summary["mean"], indent=2))
+    log.info("cross-validation mean: %s", json.dumps(summary["mean"]))
 
 
-def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help_: str,
-         *options: tuple[str, str]) -> argparse.ArgumentParser:
+def _add(
+    sub: argparse._SubParsersAction,
+    name: str,
+    handler: Handler,
+    help_: str,
+    *options: tuple[str, str],
+) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help_)
     for flag, text in options:
         parser.add_argument(flag, required=True, help=text)
@@ -126,39 +144,108 @@ def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help_: st
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelpipe", description=__doc__.splitlines()[0])
+    parser.add_argument("--log", help="log file (the rule's log); errors also go to stderr")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="<stage>")
     cfg = ("--config-json", "the rule's config slice as JSON")
-    _add(sub, "raw", cmd_raw, "fetch, synthesize or link a raw dataset",
-         ("--dataset", "dataset name"), cfg, ("--out", "raw dataset folder"),
-         ("--downloads", "folder for partial and finished downloads (kept between runs)"))
-    prepare = _add(sub, "prepare", cmd_prepare, "preprocess a raw dataset",
-                   ("--dataset", "dataset name"), ("--variant", "prepared variant, e.g. 2d"),
-                   ("--raw", "raw dataset folder"), cfg, ("--out", "prepared folder"))
+    _add(
+        sub,
+        "raw",
+        cmd_raw,
+        "fetch, synthesize or link a raw dataset",
+        ("--dataset", "dataset name"),
+        cfg,
+        ("--out", "raw dataset folder"),
+        ("--downloads", "folder for partial and finished downloads (kept between runs)"),
+    )
+    prepare = _add(
+        sub,
+        "prepare",
+        cmd_prepare,
+        "preprocess a raw dataset",
+        ("--dataset", "dataset name"),
+        ("--variant", "prepared variant, e.g. 2d"),
+        ("--raw", "raw dataset folder"),
+        cfg,
+        ("--out", "prepared folder"),
+    )
     prepare.add_argument("--workers", type=int, default=1, help="parallel processes (cases)")
     run = (("--workload", "workload name"), ("--run", "run name, e.g. fold0"))
-    _add(sub, "train", cmd_train, "train one run", *run, ("--prepared", "prepared data"), cfg,
-         ("--out", "train output folder"))
-    _add(sub, "evaluate", cmd_evaluate, "evaluate a trained run", *run,
-         ("--prepared", "prepared data"), ("--model", "train output folder"), cfg,
-         ("--out", "evaluation output folder"))
-    _add(sub, "summarize-trace", cmd_summarize_trace, "summarize profiler traces",
-         ("--traces", "folder of chrome traces"), ("--out", "summary folder"))
-    _add(sub, "publish", cmd_publish, "assemble results/<workload>/<run>",
-                   ("--raw", "raw stage output"), ("--prepared", "prepare stage output"),
-                   ("--model", "train stage output"), ("--eval", "evaluate stage output"),
-                   ("--trace", "trace stage output"), cfg, ("--out", "result folder"))
-    aggregate = _add(sub, "aggregate", cmd_aggregate, "aggregate cross-validation folds",
-                     ("--out", "aggregate folder"))
+    _add(
+        sub,
+        "train",
+        cmd_train,
+        "train one run",
+        *run,
+        ("--prepared", "prepared data"),
+        cfg,
+        ("--out", "train output folder"),
+    )
+    _add(
+        sub,
+        "evaluate",
+        cmd_evaluate,
+        "evaluate a trained run",
+        *run,
+        ("--prepared", "prepared data"),
+        ("--model", "train output folder"),
+        cfg,
+        ("--out", "evaluation output folder"),
+    )
+    _add(
+        sub,
+        "summarize-trace",
+        cmd_summarize_trace,
+        "summarize profiler traces",
+        ("--traces", "folder of chrome traces"),
+        ("--out", "summary folder"),
+    )
+    _add(
+        sub,
+        "publish",
+        cmd_publish,
+        "assemble results/<workload>/<run>",
+        ("--raw", "raw stage output"),
+        ("--prepared", "prepare stage output"),
+        ("--model", "train stage output"),
+        ("--eval", "evaluate stage output"),
+        ("--trace", "trace stage output"),
+        cfg,
+        ("--out", "result folder"),
+    )
+    aggregate = _add(
+        sub,
+        "aggregate",
+        cmd_aggregate,
+        "aggregate cross-validation folds",
+        ("--out", "aggregate folder"),
+    )
     aggregate.add_argument("--runs", nargs="+", required=True, help="published fold folders")
     return parser
 
 
+def setup_logging(log_file: str | None) -> None:
+    """Everything to the log file (or stderr); errors always to stderr as well."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(fmt)
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(log_file, mode="w")
+        file_handler.setFormatter(fmt)
+        root.addHandler(file_handler)
+        console.setLevel(logging.ERROR)
+    root.addHandler(console)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    setup_logging(args.log)
     try:
         args.handler(args)
     except AccelpipeError as err:
-        print(f"accelpipe {args.stage}: error: {err}", file=sys.stderr)
+        log.error("accelpipe %s: %s", args.stage, err)
         return 2
     return 0
 

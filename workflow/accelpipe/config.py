@@ -89,7 +89,9 @@ def load_slice(text: str) -> dict[str, Any]:
 def view(cls: type, data: dict[str, Any]) -> Any:
     """Build dataclass `cls` from a validated slice, ignoring keys it does not declare."""
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names})
+    return cls(
+        **{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +109,10 @@ class ProfileConfig:
 
     @classmethod
     def from_slice(cls, data: dict[str, Any]) -> ProfileConfig:
-        return cls(enabled=data.get("enabled", True), schedule=view(ProfileSchedule, data.get("schedule", {})))
+        return cls(
+            enabled=data.get("enabled", True),
+            schedule=view(ProfileSchedule, data.get("schedule", {})),
+        )
 
 
 @dataclasses.dataclass(frozen=True)

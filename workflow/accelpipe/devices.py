@@ -95,7 +95,9 @@ class Device:
 def resolve(backend: str, precision: str = "auto", channels_last: bool = False) -> Device:
     """Check the backend's runtime is present and return its Device."""
     if backend not in BACKENDS:
-        raise ConfigError(f"config key 'backend': unknown backend {backend!r} ({', '.join(BACKENDS)})")
+        raise ConfigError(
+            f"config key 'backend': unknown backend {backend!r} ({', '.join(BACKENDS)})"
+        )
     if precision == "auto":
         precision = _AUTO_PRECISION[backend]
     if precision not in _DTYPES:
@@ -144,6 +146,8 @@ def _gaudi(precision: str, channels_last: bool) -> Device:
             f"backend 'gaudi' needs habana_frameworks.torch (the Gaudi PyTorch stack): {err}"
         ) from None
     if not torch.hpu.is_available():
-        raise BackendUnavailableError("backend 'gaudi': habana_frameworks loaded but no HPU is visible")
+        raise BackendUnavailableError(
+            "backend 'gaudi': habana_frameworks loaded but no HPU is visible"
+        )
     name = torch.hpu.get_device_name(0)
     return Device("gaudi", torch.device("hpu"), name, precision, channels_last, htcore)

@@ -46,10 +46,12 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
 
 def git_state(repo: Path) -> dict[str, Any]:
     """Commit and dirtiness of the checkout that holds the workflow (None outside git)."""
+
     def git(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", "-C", str(repo), *args], check=True, text=True,
-                                  capture_output=True).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(repo), *args], check=True, text=True, capture_output=True
+            ).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return None
 
@@ -77,6 +79,12 @@ def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(),
-        "stages": {name: {"seconds": s.get("seconds"), "finished": s.get("finished"), "host": s.get("host")}
-                   for name, s in stages.items()},
+        "stages": {
+            name: {
+                "seconds": s.get("seconds"),
+                "finished": s.get("finished"),
+                "host": s.get("host"),
+            }
+            for name, s in stages.items()
+        },
     }

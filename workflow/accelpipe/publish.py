@@ -41,10 +41,14 @@ def aggregate_folds(run_dirs: list[Path], out: Path) -> dict[str, Any]:
     per_fold = {d.name: read_json(d / "metrics.json") for d in sorted(run_dirs)}
     labels = list(next(iter(per_fold.values()))["dice"])
     summary = {
-        "folds": {run: {"dice": m["dice"], "mean_dice": m["mean_dice"]} for run, m in per_fold.items()},
+        "folds": {
+            run: {"dice": m["dice"], "mean_dice": m["mean_dice"]} for run, m in per_fold.items()
+        },
         "mean": {
-            "dice": {lab: round(statistics.fmean(m["dice"][lab] for m in per_fold.values()), 6)
-                     for lab in labels},
+            "dice": {
+                lab: round(statistics.fmean(m["dice"][lab] for m in per_fold.values()), 6)
+                for lab in labels
+            },
             "mean_dice": round(statistics.fmean(m["mean_dice"] for m in per_fold.values()), 6),
         },
         "std_mean_dice": round(statistics.pstdev(m["mean_dice"] for m in per_fold.values()), 6),

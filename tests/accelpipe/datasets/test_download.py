@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from accelpipe.datasets.download import download, md5sum, part_path, safe_extract
 from accelpipe.errors import DataError
-
 from tests.helpers.http_server import Faults, FileServer
 
 SIZE = 300_000
@@ -50,7 +50,7 @@ def _get(server: FileServer, dest: Path, **kwargs: object) -> Path:
 
 def test_plain_download_with_md5(server: FileServer, payload: bytes, tmp_path: Path) -> None:
     dest = tmp_path / "out" / "data.bin"
-    assert _get(server, dest, md5=_md5(payload)) == dest
+    assert _get(server, dest, md5=_md5(payload), progress=True) == dest
     assert dest.read_bytes() == payload
     assert not part_path(dest).exists()
     assert [r.status for r in server.log] == [200]
@@ -315,3 +315,24 @@ def test_truncated_tar_gz_and_zip_are_refused(tmp_path: Path) -> None:
 def test_missing_archive(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"nope\.tar: archive not found"):
         safe_extract(tmp_path / "nope.tar", tmp_path / "out")
+
+
+def test_tar_ending_with_a_zip_member_is_a_tar(tmp_path: Path) -> None:
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("inner.txt", "zip inside")
+    archive = _tar(tmp_path / "a.tar", [("top/z.zip", {"data": inner.getvalue()})])
+    out = safe_extract(archive, tmp_path / "out")
+    assert (out / "top" / "z.zip").read_bytes() == inner.getvalue()
+
+
+def test_not_an_archive(tmp_path: Path) -> None:
+    archive = tmp_path / "page.tar"
+    archive.write_text("<html>Access denied</html>")
+    with pytest.raises(DataError, match=r"page\.tar: not a readable tar or zip archive"):
+        safe_extract(archive, tmp_path / "out")
+
+
+def test_invalid_url_fails_at_once(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"^localhost/data\.bin: invalid URL"):
+        download("localhost/data.bin", tmp_path / "x", backoff_s=60.0, progress=False)

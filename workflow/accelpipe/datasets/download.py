@@ -13,6 +13,7 @@ would land outside the destination.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import posixpath
 import re
@@ -42,6 +43,17 @@ _NETWORK_ERRORS = (
 )
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _MAX_BACKOFF_S = 60.0
+# A malformed URL will not get better by retrying.
+_BAD_URL_ERRORS = (
+    requests.exceptions.MissingSchema,
+    requests.exceptions.InvalidSchema,
+    requests.exceptions.InvalidURL,
+)
+# tarfile's extraction filters arrived in 3.12 and were backported to 3.10.12 / 3.11.4.
+_TAR_FILTER_ERROR = getattr(tarfile, "FilterError", ())
+
+
+log = logging.getLogger(__name__)
 
 
 class _Retryable(Exception):
@@ -95,6 +107,7 @@ def download(
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(dest)
+    log.info("downloading %s -> %s", url, dest)
     with requests.Session() as session:
         actual = _download_with_retries(
             session,
@@ -114,6 +127,7 @@ def download(
             "(partial file removed; rerun to download again)"
         )
     os.replace(part, dest)
+    log.info("downloaded %s (%d bytes)", dest, dest.stat().st_size)
     return dest
 
 
@@ -141,6 +155,7 @@ def _download_with_retries(
     progress: bool,
 ) -> str | None:
     """Run attempts until one completes; return the md5 of the finished .part (if wanted)."""
+    retries = max(retries, 0)
     for attempt in range(retries + 1):
         try:
             return _attempt(session, url, part, want_md5, timeout_s, chunk_bytes, progress)
@@ -150,7 +165,9 @@ def _download_with_retries(
                 raise DataError(
                     f"{url}: download failed after {retries + 1} attempts ({err}){kept}"
                 ) from None
-            time.sleep(min(backoff_s * 2**attempt, _MAX_BACKOFF_S))
+            delay = min(backoff_s * 2**attempt, _MAX_BACKOFF_S)
+            log.warning("%s: %s; retry %d/%d in %.0fs", url, err, attempt + 1, retries, delay)
+            time.sleep(delay)
     raise AssertionError("unreachable")
 
 
@@ -171,6 +188,8 @@ def _attempt(
         headers["Range"] = f"bytes={offset}-"
     try:
         resp = session.get(url, headers=headers, stream=True, timeout=timeout_s)
+    except _BAD_URL_ERRORS as err:
+        raise DataError(f"{url}: invalid URL ({err})") from None
     except _NETWORK_ERRORS as err:
         raise _Retryable(f"{type(err).__name__}: {err}") from err
     with resp:
@@ -270,18 +289,27 @@ def safe_extract(archive: str | os.PathLike[str], dest_dir: str | os.PathLike[st
     archive, dest_dir = Path(archive), Path(dest_dir)
     if not archive.is_file():
         raise DataError(f"{archive}: archive not found")
-    is_zip = zipfile.is_zipfile(archive)
-    if not is_zip and archive.suffix.lower() == ".zip":
-        raise DataError(f"{archive}: not a readable zip archive (truncated or corrupt)")
+    is_zip = _starts_like_zip(archive)
     with atomic_path(dest_dir) as tmp:
         tmp.mkdir()
         try:
             (_extract_zip if is_zip else _extract_tar)(archive, tmp)
         except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as err:
-            raise DataError(f"{archive}: truncated or corrupt archive ({err})") from None
+            raise DataError(f"{archive}: truncated or corrupt archive ({_one_line(err)})") from None
         except NotImplementedError as err:  # e.g. a zip compression method Python lacks
-            raise DataError(f"{archive}: unsupported archive feature ({err})") from None
+            raise DataError(f"{archive}: unsupported archive feature ({_one_line(err)})") from None
     return dest_dir
+
+
+def _starts_like_zip(archive: Path) -> bool:
+    # By magic number: zipfile.is_zipfile scans the tail and also says yes for a tar
+    # whose last member is a zip; a truncated zip still starts like one.
+    with archive.open("rb") as fh:
+        return fh.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 def _escapes(path: str) -> bool:
@@ -332,8 +360,17 @@ class _EndCheckingTarInfo(tarfile.TarInfo):
             raise
 
 
+def _open_tar(archive: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(archive, "r:*", tarinfo=_EndCheckingTarInfo)
+    except tarfile.ReadError:  # its message lists every compression it tried: too noisy
+        raise DataError(
+            f"{archive}: not a readable tar or zip archive (truncated or corrupt)"
+        ) from None
+
+
 def _extract_tar(archive: Path, dest: Path) -> None:
-    with tarfile.open(archive, "r:*", tarinfo=_EndCheckingTarInfo) as tf:
+    with _open_tar(archive) as tf:
         members = tf.getmembers()
         if not isinstance(getattr(tf, "accelpipe_end", None), tarfile.EOFHeaderError):
             raise DataError(f"{archive}: truncated tar (no end-of-archive marker)")
@@ -350,7 +387,7 @@ def _extract_tar(archive: Path, dest: Path) -> None:
                 tf.extractall(dest, members=members, filter="data")
             else:
                 tf.extractall(dest, members=members)
-        except tarfile.FilterError as err:
+        except _TAR_FILTER_ERROR as err:
             raise DataError(f"{archive}: refusing member {err.tarinfo.name!r}: {err}") from None
 
 

@@ -113,7 +113,9 @@ def _install(archive: Path, task: str, task_dir: Path) -> None:
         extracted = staging / task
         if not extracted.is_dir():
             found = ", ".join(sorted(p.name for p in staging.iterdir())) or "nothing"
-            raise DataError(f"{archive}: no top-level folder {task}/ in the archive (found {found})")
+            raise DataError(
+                f"{archive}: no top-level folder {task}/ in the archive (found {found})"
+            )
         _drop_appledouble(extracted)
         problem = layout_problem(extracted)
         if problem is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import logging
 import math
 import random
 import time
@@ -34,6 +35,7 @@ CHECKPOINT = "checkpoint.pt"
 SECTIONS = ("data_wait", "forward", "loss", "backward", "optimizer_step")
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,7 +59,8 @@ def make_scheduler(
 ) -> torch.optim.lr_scheduler.LRScheduler:
     if cfg.scheduler == "cosine":
         return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total_steps) / total_steps))
+            optimizer,
+            lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total_steps) / total_steps)),
         )
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
@@ -65,8 +68,14 @@ def make_scheduler(
 class Trainer:
     """Runs `TrainJob` for `cfg.epochs`, resuming from `work_dir/checkpoint.pt` if present."""
 
-    def __init__(self, job: TrainJob, device: Device, cfg: TrainConfig, profile: ProfileConfig,
-                 work_dir: Path) -> None:
+    def __init__(
+        self,
+        job: TrainJob,
+        device: Device,
+        cfg: TrainConfig,
+        profile: ProfileConfig,
+        work_dir: Path,
+    ) -> None:
         self.job, self.device, self.cfg, self.profile = job, device, cfg, profile
         self.work_dir = work_dir
         self.trace_dir = work_dir / "traces"
@@ -110,20 +119,34 @@ class Trainer:
         log_path = self.work_dir / "train_log.csv"
         new_log = not log_path.exists()
         with log_path.open("a", newline="") as log_file, self._profiler() as prof:
-            log = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
+            writer = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
             if new_log:
-                log.writeheader()
+                writer.writeheader()
             while self.epoch < self.cfg.epochs:
-                self._run_epoch(log, prof)
+                started = time.perf_counter()
+                mean_loss, samples = self._run_epoch(writer, prof)
                 log_file.flush()
                 self.epoch += 1
+                rate = samples / (time.perf_counter() - started)
+                log.info(
+                    "epoch %d/%d: mean logged loss %.4f, %.1f samples/s",
+                    self.epoch,
+                    self.cfg.epochs,
+                    mean_loss,
+                    rate,
+                )
                 self._save_checkpoint()
                 if on_epoch_end is not None:
                     on_epoch_end(self.epoch)
 
-    def _run_epoch(self, log: csv.DictWriter, prof: torch.profiler.profile | None) -> None:
+    def _run_epoch(
+        self, writer: csv.DictWriter, prof: torch.profiler.profile | None
+    ) -> tuple[float, int]:
+        """One epoch; returns the mean of the logged losses and the number of samples."""
         self.model.train()
         batches = iter(self.job.batches(self.epoch))
+        losses: list[float] = []
+        samples = 0
         for _ in range(self.job.steps_per_epoch):
             started = time.perf_counter()
             with torch.profiler.record_function("data_wait"):
@@ -133,19 +156,27 @@ class Trainer:
             waited = time.perf_counter() - started
             loss = self._train_step(image, label)
             self.step += 1
+            samples += image.shape[0]
             if self.step % self.cfg.log_every == 0:
                 loss_value = loss.item()  # syncs the device: only on logged steps
                 if not math.isfinite(loss_value):
                     raise FloatingPointError(f"loss is {loss_value} at step {self.step}")
+                losses.append(loss_value)
                 elapsed = time.perf_counter() - started
-                log.writerow({
-                    "epoch": self.epoch, "step": self.step, "loss": f"{loss_value:.6f}",
-                    "lr": f"{self.scheduler.get_last_lr()[0]:.6g}",
-                    "samples_per_s": f"{image.shape[0] / elapsed:.2f}",
-                    "data_wait_ms": f"{waited * 1e3:.3f}", "step_ms": f"{elapsed * 1e3:.3f}",
-                })
+                writer.writerow(
+                    {
+                        "epoch": self.epoch,
+                        "step": self.step,
+                        "loss": f"{loss_value:.6f}",
+                        "lr": f"{self.scheduler.get_last_lr()[0]:.6g}",
+                        "samples_per_s": f"{image.shape[0] / elapsed:.2f}",
+                        "data_wait_ms": f"{waited * 1e3:.3f}",
+                        "step_ms": f"{elapsed * 1e3:.3f}",
+                    }
+                )
             if prof is not None:
                 prof.step()
+        return (sum(losses) / len(losses) if losses else float("nan")), samples
 
     def _train_step(self, image: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
@@ -170,7 +201,9 @@ class Trainer:
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         return torch.profiler.profile(
             activities=self.device.profiler_activities(),
-            schedule=torch.profiler.schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat),
+            schedule=torch.profiler.schedule(
+                wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat
+            ),
             on_trace_ready=self._export_trace,
             record_shapes=False,
         )

@@ -65,12 +65,18 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     def batches(epoch: int) -> torch.utils.data.DataLoader:
         # Seeded per epoch so a resumed run sees the same batches as an uninterrupted one.
         dataset = SliceBatches(
-            prepared, cases, batch_size=train_cfg.batch_size, steps=steps,
-            oversampling=train_cfg.oversampling, augment=train_cfg.augment,
+            prepared,
+            cases,
+            batch_size=train_cfg.batch_size,
+            steps=steps,
+            oversampling=train_cfg.oversampling,
+            augment=train_cfg.augment,
             seed=train_cfg.seed * 100_003 + epoch,
         )
         return torch.utils.data.DataLoader(
-            dataset, batch_size=None, num_workers=train_cfg.loader_workers,
+            dataset,
+            batch_size=None,
+            num_workers=train_cfg.loader_workers,
             pin_memory=device.backend != "cpu",
         )
 
@@ -79,31 +85,50 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     resumed_from = trainer.step if trainer.resume() else None
     trainer.fit()
     torch.save(
-        {"state_dict": trainer.model.state_dict(), "model": cfg["model"], "data": data_cfg, "run": run},
+        {
+            "state_dict": trainer.model.state_dict(),
+            "model": cfg["model"],
+            "data": data_cfg,
+            "run": run,
+        },
         work_dir / "model.pt",
     )
-    return {"device": device.name, "backend": device.backend, "precision": device.precision,
-            "steps": trainer.step, "resumed_from_step": resumed_from, "train_cases": len(cases)}
+    return {
+        "device": device.name,
+        "backend": device.backend,
+        "precision": device.precision,
+        "steps": trainer.step,
+        "resumed_from_step": resumed_from,
+        "train_cases": len(cases),
+    }
 
 
 @torch.no_grad()
-def predict_volume(model: torch.nn.Module, device: devices.Device, image: np.ndarray,
-                   batch_size: int) -> np.ndarray:
+def predict_volume(
+    model: torch.nn.Module, device: devices.Device, image: np.ndarray, batch_size: int
+) -> np.ndarray:
     """Label map (D, H, W) for a (C, D, H, W) volume, predicted slice by slice."""
     slices = torch.from_numpy(np.ascontiguousarray(image.transpose(1, 0, 2, 3)))
     labels = []
     for start in range(0, slices.shape[0], batch_size):
-        batch = device.to_device(slices[start:start + batch_size], image=True)
+        batch = device.to_device(slices[start : start + batch_size], image=True)
         with device.autocast():
             logits = model(batch)
         labels.append(logits.argmax(dim=1).to(torch.uint8).cpu())
     return torch.cat(labels).numpy()
 
 
-def evaluate(prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, Any]:
-    """Dice per label on the fold's validation volumes; writes metrics.json, per_case_dice.csv, predictions/."""
+def evaluate(
+    prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path
+) -> dict[str, Any]:
+    """Dice per label on the fold's validation volumes.
+
+    Writes metrics.json, per_case_dice.csv and predictions/<case>.npy into `out_dir`.
+    """
     checkpoint = torch.load(model_dir / "model.pt", map_location="cpu", weights_only=False)
-    device = devices.resolve(cfg["backend"], cfg["train"]["precision"], cfg["train"]["channels_last"])
+    device = devices.resolve(
+        cfg["backend"], cfg["train"]["precision"], cfg["train"]["channels_last"]
+    )
     model = device.prepare_model(build_model(checkpoint["model"], checkpoint["data"]))
     model.load_state_dict(checkpoint["state_dict"])
     model.eval()
@@ -117,12 +142,14 @@ def evaluate(prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out
         rows.append((case, dice_per_class(pred, target, CLASSES)))
     per_class = np.mean([d for _, d in rows], axis=0)
     metrics = {
-        "workload": "unet2d", "run": run, "metric": "dice",
+        "workload": "unet2d",
+        "run": run,
+        "metric": "dice",
         "dice": {str(c): round(float(v), 6) for c, v in zip(CLASSES, per_class, strict=True)},
         "mean_dice": round(float(per_class.mean()), 6),
         "n_cases": len(rows),
         "note": "Dice fractions 0..1 per label (1 edema, 2 non-enhancing, 3 enhancing), "
-                "averaged over validation volumes; a label absent from target and prediction scores 1",
+        "averaged over validation volumes; a label absent from target and prediction scores 1",
     }
     write_json(out_dir / "metrics.json", metrics)
     with (out_dir / "per_case_dice.csv").open("w", newline="") as f:

@@ -1,0 +1,88 @@
+"""Benchmark BraTS preprocessing against its I/O floor; prints one JSON object.
+
+The floor is what prepare cannot avoid: gzip-decompressing every .nii.gz (images and labels)
+with the same number of worker processes. `ratio_to_floor` = floor_s / prepare_s (1.0 means
+prepare costs no more than decompression alone).
+
+    PYTHONPATH=workflow python benchmarks/bench_prepare.py --cases 16 --shape 128 128 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import multiprocessing
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from accelpipe.datasets import brats
+
+
+def _decompressed_size(path: str) -> int:
+    with gzip.open(path, "rb") as f:
+        return len(f.read())
+
+
+def _floor(files: list[str], workers: int) -> tuple[float, int]:
+    """Seconds to gunzip all `files` on `workers` processes (same pool type as prepare)."""
+    start = time.perf_counter()
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    if workers <= 1:
+        total = sum(map(_decompressed_size, files))
+    else:
+        with ctx.Pool(workers) as pool:
+            total = sum(pool.imap_unordered(_decompressed_size, files, chunksize=1))
+    return time.perf_counter() - start, total
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=16)
+    ap.add_argument("--shape", type=int, nargs=3, default=(128, 128, 64), metavar=("X", "Y", "Z"))
+    ap.add_argument("--patch", type=int, nargs=2, default=(192, 160), metavar=("H", "W"))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="best of N timings for each side")
+    ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
+    args = ap.parse_args(argv)
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench_prepare.", dir=args.tmp))
+    try:
+        task = brats.synthesize(scratch / "raw", cases=args.cases, shape=args.shape)
+        files = sorted(str(p) for p in task.rglob("*.nii.gz"))
+        input_mb = sum(Path(f).stat().st_size for f in files) / 1e6
+        floor_s, raw_bytes, prepare_s = float("inf"), 0, float("inf")
+        for i in range(args.repeats):  # interleaved so both sides see the same cache state
+            t, raw_bytes = _floor(files, args.workers)
+            floor_s = min(floor_s, t)
+            start = time.perf_counter()
+            brats.prepare(task, scratch / f"prep{i}", patch_size=args.patch, workers=args.workers)
+            prepare_s = min(prepare_s, time.perf_counter() - start)
+            shutil.rmtree(scratch / f"prep{i}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    raw_mb = raw_bytes / 1e6
+    result = {
+        "bench": "prepare",
+        "cases": args.cases,
+        "shape": list(args.shape),
+        "workers": args.workers,
+        "input_mb": round(input_mb, 2),
+        "raw_mb": round(raw_mb, 2),
+        "floor_s": round(floor_s, 4),
+        "prepare_s": round(prepare_s, 4),
+        "cases_per_s": round(args.cases / prepare_s, 2),
+        "mb_per_s": round(raw_mb / prepare_s, 1),
+        "ratio_to_floor": round(floor_s / prepare_s, 3),
+    }
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""End-to-end runs of the real snakemake workflow on the tiny config."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+
+from tests.workflow.project import Project
+
+pytestmark = pytest.mark.e2e
+
+DOWNSTREAM_OF_TRAIN = {"train", "evaluate", "summarize_trace", "publish_run"}
+
+
+def test_fold0_result_folder_is_complete(project: Project) -> None:
+    result = project.root / "results/unet2d/fold0"
+    expected = {
+        "model.pt",
+        "metrics.json",
+        "per_case_dice.csv",
+        "train_log.csv",
+        "trace_summary.json",
+        "trace_summary.md",
+        "step_breakdown.png",
+        "provenance.json",
+    }
+    assert expected <= {p.name for p in result.iterdir()}
+
+    metrics = json.loads((result / "metrics.json").read_text())
+    assert set(metrics["dice"]) == {"1", "2", "3"}
+    assert all(0.0 <= v <= 1.0 for v in metrics["dice"].values())
+    assert metrics["mean_dice"] == pytest.approx(sum(metrics["dice"].values()) / 3, abs=1e-5)
+
+    with (result / "per_case_dice.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == metrics["n_cases"] == 1  # 5 cases, 5 folds: one validation case
+
+    with (result / "train_log.csv").open() as f:
+        log = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in log] == list(range(1, 7))  # 2 epochs x 3 steps
+    assert all(float(r["samples_per_s"]) > 0 and float(r["lr"]) > 0 for r in log)
+
+    summary = json.loads((result / "trace_summary.json").read_text())
+    assert {"forward", "loss", "backward", "optimizer_step", "data_wait"} <= set(
+        summary["sections"]
+    )
+    assert summary["sections"]["forward"]["count"] == 2  # the 2 active profiler steps
+    assert (result / "step_breakdown.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    provenance = json.loads((result / "provenance.json").read_text())
+    assert provenance["backend"] == "cpu" and provenance["device"].startswith("cpu")
+    assert provenance["config"]["unet2d"]["train"]["lr"] == 0.001
+    assert {"raw", "prepare", "train", "evaluate", "trace"} <= set(provenance["stages"])
+    assert provenance["packages"]["torch"].startswith("2.")
+    assert "commit" in provenance["git"]
+
+
+def test_second_run_has_nothing_to_do(project: Project) -> None:
+    assert project.planned_jobs("results/unet2d/fold0") == {}
+
+
+def test_changed_lr_reruns_train_and_after_but_not_data(project: Project) -> None:
+    jobs = project.planned_jobs(
+        "results/unet2d/fold0", "--config", 'unet2d={"train":{"lr":0.0005}}'
+    )
+    assert set(jobs) == DOWNSTREAM_OF_TRAIN
+
+
+def test_changed_prepare_setting_reruns_from_prepare(project: Project) -> None:
+    jobs = project.planned_jobs(
+        "results/unet2d/fold0", "--config", 'unet2d={"prepare":{"fold_seed":7}}'
+    )
+    assert set(jobs) == DOWNSTREAM_OF_TRAIN | {"prepare_dataset"}
+
+
+def test_edited_model_module_reruns_train_but_not_data(project: Project) -> None:
+    module = project.root / "workflow/accelpipe/models/dynunet2d.py"
+    original, stat = module.read_text(), module.stat()
+    try:
+        module.write_text(original + "\n# an edit\n")
+        assert set(project.planned_jobs("results/unet2d/fold0")) == DOWNSTREAM_OF_TRAIN
+    finally:
+        module.write_text(original)
+        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert project.planned_jobs("results/unet2d/fold0") == {}
+
+
+def test_report_shows_metrics_and_trace_plot(project: Project) -> None:
+    project.snakemake("results/unet2d/fold0", "--report", "results/report.html")
+    html = (project.root / "results/report.html").read_text(errors="replace")
+    assert "step_breakdown.png" in html
+    assert "metrics.json" in html
+
+
+def test_cross_validation_aggregates_five_folds(project: Project) -> None:
+    project.snakemake("results/unet2d/cv")
+    cv = json.loads((project.root / "results/unet2d/cv/cv_metrics.json").read_text())
+    assert sorted(cv["folds"]) == [f"fold{k}" for k in range(5)]
+    folds = [
+        json.loads((project.root / f"results/unet2d/fold{k}/metrics.json").read_text())
+        for k in range(5)
+    ]
+    assert cv["mean"]["mean_dice"] == pytest.approx(
+        sum(f["mean_dice"] for f in folds) / 5, abs=1e-5
+    )
+
+
+def test_changed_lr_really_retrains_and_keeps_data(project: Project) -> None:
+    data_before = project.fingerprint("data")
+    project.snakemake("results/unet2d/fold0", "--config", 'unet2d={"train":{"lr":0.0005}}')
+    assert project.fingerprint("data") == data_before
+    with (project.root / "results/unet2d/fold0/train_log.csv").open() as f:
+        assert {float(r["lr"]) for r in csv.DictReader(f)} == {0.0005}
