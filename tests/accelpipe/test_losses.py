@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss, downsample_labels, soft_dice_per_class
 
 

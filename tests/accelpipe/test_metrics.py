@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from accelpipe.metrics import dice_per_class
 
 

@@ -47,6 +47,40 @@ def _fill_defaults(instance: dict[str, Any], node: dict[str, Any]) -> None:
             _fill_defaults(instance[key], sub_resolved)
 
 
+_BOOLEANS = {"true": True, "false": False, "yes": True, "no": False}
+
+
+def _coerce_scalar(value: str, types: list[str]) -> Any:
+    """Parse a string into the schema's scalar type; leave it unchanged if it does not parse."""
+    text = value.strip()
+    if "null" in types and text.lower() in ("null", "none", "~"):
+        return None
+    if "boolean" in types and text.lower() in _BOOLEANS:
+        return _BOOLEANS[text.lower()]
+    for kind, parse in (("integer", int), ("number", float)):
+        if kind in types:
+            try:
+                return parse(text)
+            except ValueError:
+                pass
+    return value
+
+
+def _coerce(instance: Any, node: dict[str, Any]) -> Any:
+    """Snakemake's `--config key={...}` delivers nested values as strings: type them per schema."""
+    node = _resolve(node)
+    types = node.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if isinstance(instance, str) and "string" not in types:
+        return _coerce_scalar(instance, types)
+    if isinstance(instance, dict):
+        props = node.get("properties", {})
+        return {k: _coerce(v, props[k]) if k in props else v for k, v in instance.items()}
+    if isinstance(instance, list) and isinstance(node.get("items"), dict):
+        return [_coerce(v, node["items"]) for v in instance]
+    return instance
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     path = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "additionalProperties":
@@ -61,8 +95,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     """Return a copy of `config` with defaults filled in; raise ConfigError naming a bad key."""
     if not isinstance(config, dict):
         raise ConfigError(f"config must be a mapping, got {type(config).__name__}")
-    filled = copy.deepcopy(config)
     root = schema()
+    filled = _coerce(copy.deepcopy(config), root)
     validator = jsonschema.Draft7Validator(root)
     # Check unknown keys before filling defaults so the message names the user's key.
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))

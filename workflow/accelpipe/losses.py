@@ -3,7 +3,7 @@
 ``DiceCELoss`` reproduces the reference per-head loss (MONAI ``DiceCELoss`` with
 ``include_background=False, softmax=True, to_onehot_y=True, batch=True``): soft Dice over
 the batch and spatial dims together per class, plus mean cross-entropy.
-``DeepSupervisionLoss`` combines the heads with weights ``0.5**i`` and the reference's normalisation.
+``DeepSupervisionLoss`` combines the heads with weights ``0.5**i``, normalised as the reference.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 import torch
+
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
