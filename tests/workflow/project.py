@@ -9,9 +9,13 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -35,21 +39,59 @@ TINY_CONFIG = {
 }
 
 
+T = TypeVar("T")
+
+
 class Project:
     """A workflow copy plus helpers to run snakemake in it."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def snakemake(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _command(self, args: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(self.root / "workflow")
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+        return [sys.executable, "-m", "snakemake", "--cores", "2", *args], env
+
+    def snakemake(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd, env = self._command(args)
         proc = subprocess.run(cmd, cwd=self.root, env=env, text=True, capture_output=True)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+    def start_snakemake(self, *args: str) -> subprocess.Popen[str]:
+        """Snakemake in the background, in its own process group so it can be killed whole."""
+        cmd, env = self._command(args)
+        return subprocess.Popen(
+            cmd,
+            cwd=self.root,
+            env=env,
+            text=True,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    @staticmethod
+    def wait_for(probe: Callable[[], T | None], job: subprocess.Popen[str]) -> T:
+        """Poll until `probe` returns something; fail if the job ends first (no time limit)."""
+        while (found := probe()) is None:
+            if job.poll() is not None:
+                raise AssertionError(
+                    f"snakemake ended before the awaited state:\n{job.stdout.read()}"
+                )
+            time.sleep(0.05)
+        return found
+
+    @staticmethod
+    def kill(job: subprocess.Popen[str]) -> None:
+        """SIGKILL snakemake and its jobs, as a crashed node or an OOM kill would."""
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        job.stdout.close()
 
     def planned_jobs(self, *args: str) -> dict[str, int]:
         """Rules a dry run would execute, with their job counts (empty: nothing to do)."""

@@ -114,3 +114,28 @@ def test_changed_lr_really_retrains_and_keeps_data(project: Project) -> None:
     assert project.fingerprint("data") == data_before
     with (project.root / "results/unet2d/fold0/train_log.csv").open() as f:
         assert {float(r["lr"]) for r in csv.DictReader(f)} == {0.0005}
+
+
+def test_killed_training_resumes_from_its_last_epoch(project: Project) -> None:
+    longer = 'unet2d={"train":{"epochs":40,"steps_per_epoch":3}}'
+    target = "work/unet2d/fold1/train"
+    job = project.start_snakemake(target, "--config", longer)
+    work = project.root / "work/unet2d/fold1"
+    try:
+        checkpoint = project.wait_for(
+            lambda: next(work.glob(".train-partial-*/checkpoint.pt"), None), job
+        )
+    finally:
+        project.kill(job)
+    assert not (work / "train").exists()  # a killed run never looks complete
+    partial = checkpoint.parent
+    project.snakemake("--unlock")
+    project.snakemake(target, "--config", longer)
+
+    stage = json.loads((work / "train/stage.json").read_text())
+    assert stage["resumed_from_step"] is not None and stage["resumed_from_step"] >= 3
+    assert stage["resumed_from_step"] % 3 == 0  # an epoch boundary
+    with (work / "train/train_log.csv").open() as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f)]
+    assert steps == list(range(1, 121))  # no step lost or logged twice across the kill
+    assert not partial.exists() and not (work / "train/checkpoint.pt").exists()

@@ -702,56 +702,58 @@ def summarize_traces(paths: Sequence[str | Path]) -> dict:
         paths = [paths]
     if not paths:
         raise ValueError("summarize_traces needs at least one trace file")
-    sections = _Sections()
-    steps = array("d")
-    hints: set[str] = set()
-    activity = {k: [0, 0.0] for k in ("kernel", "gpu_memcpy", "gpu_memset")}
-    total_bytes = events = orphans = 0
+    totals = _Totals()
     for path in map(Path, paths):
-        scan, nbytes = _scan_file(path)
-        total_bytes += nbytes
-        events += scan.events
-        steps.extend(scan.step_dur)
-        hints |= scan.hints
+        totals.add(*_scan_file(path))
+    return totals.summary(paths)
+
+
+class _Totals:
+    """Everything pooled across the trace files of one summary."""
+
+    def __init__(self) -> None:
+        self.sections = _Sections()
+        self.steps = array("d")
+        self.hints: set[str] = set()
+        self.activity = {k: [0, 0.0] for k in ("kernel", "gpu_memcpy", "gpu_memset")}
+        self.bytes = self.events = self.orphans = 0
+
+    def add(self, scan: _Scan, nbytes: int) -> None:
+        self.bytes += nbytes
+        self.events += scan.events
+        self.steps.extend(scan.step_dur)
+        self.hints |= scan.hints
         for kind, (count, dur) in scan.activity.items():
-            activity[kind][0] += count
-            activity[kind][1] += dur
-        orphans += _join(scan, sections)
-    return _assemble(paths, total_bytes, events, hints, steps, sections, activity, orphans)
+            self.activity[kind][0] += count
+            self.activity[kind][1] += dur
+        self.orphans += _join(scan, self.sections)
 
-
-def _assemble(
-    paths: Sequence[str | Path],
-    total_bytes: int,
-    events: int,
-    hints: set[str],
-    steps: array,
-    sections: _Sections,
-    activity: dict[str, list],
-    orphans: int,
-) -> dict:
-    out: dict[str, dict] = {}
-    # Most expensive sections first: the order readers scan the table and plot in.
-    for name in sorted(sections.cpu, key=lambda k: (-sum(sections.cpu[k]), k)):
-        kernels = name in sections.with_kernels
-        out[name] = {
-            "count": len(sections.cpu[name]),
-            "cpu_ms": _stats_ms(sections.cpu[name]),
-            "kernel_ms": _stats_ms(sections.kernel[name]) if kernels else None,
-            "kernel_span_ms": _stats_ms(sections.span[name]) if kernels else None,
+    def summary(self, paths: Sequence[str | Path]) -> dict:
+        sec = self.sections
+        out: dict[str, dict] = {}
+        # Most expensive sections first: the order readers scan the table and plot in.
+        for name in sorted(sec.cpu, key=lambda k: (-sum(sec.cpu[k]), k)):
+            kernels = name in sec.with_kernels
+            out[name] = {
+                "count": len(sec.cpu[name]),
+                "cpu_ms": _stats_ms(sec.cpu[name]),
+                "kernel_ms": _stats_ms(sec.kernel[name]) if kernels else None,
+                "kernel_span_ms": _stats_ms(sec.span[name]) if kernels else None,
+            }
+        activity = {
+            k: {"count": c, "total_ms": round(d / 1e3, 6)} for k, (c, d) in self.activity.items()
         }
-    return {
-        "traces": [str(p) for p in paths],
-        "bytes": total_bytes,
-        "events": events,
-        "device": _device(hints),
-        "steps": {"count": len(steps), "ms": _stats_ms(steps)} if steps else None,
-        "sections": out,
-        "device_activity": {
-            **{k: {"count": c, "total_ms": round(d / 1000.0, 6)} for k, (c, d) in activity.items()},
-            "kernels_without_launch": orphans,
-        },
-    }
+        return {
+            "traces": [str(p) for p in paths],
+            "bytes": self.bytes,
+            "events": self.events,
+            "device": _device(self.hints),
+            "steps": {"count": len(self.steps), "ms": _stats_ms(self.steps)}
+            if self.steps
+            else None,
+            "sections": out,
+            "device_activity": {**activity, "kernels_without_launch": self.orphans},
+        }
 
 
 def _fmt(value: float | None) -> str:
