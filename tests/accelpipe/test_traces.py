@@ -273,6 +273,16 @@ def test_cpu_only_trace_has_no_kernel_stats(tmp_path: Path) -> None:
     assert summary["sections"]["load"]["kernel_span_ms"] is None
 
 
+def test_nan_in_an_event_falls_back_to_the_stdlib_decoder(tmp_path: Path) -> None:
+    # Python's json writes NaN (as torch's exporter may); orjson rejects it, the stdlib accepts it.
+    events = [_x("user_annotation", "load", 0, 10, CPU, value=float("nan")), *_filler()]
+    path = _write(tmp_path / "nan.json", events, style="compact")
+    assert b"NaN" in path.read_bytes()
+    summary = summarize_traces([path])
+    assert summary["sections"]["load"]["count"] == 1
+    assert summary["sections"]["load"]["cpu_ms"]["total"] == pytest.approx(0.010)
+
+
 def test_bare_event_array_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "bare.json"
     path.write_text(json.dumps(_cuda_events()))

@@ -95,7 +95,8 @@ class Project:
 
     def planned_jobs(self, *args: str) -> dict[str, int]:
         """Rules a dry run would execute, with their job counts (empty: nothing to do)."""
-        out = self.snakemake("--dry-run", *args).stdout
+        proc = self.snakemake("--dry-run", *args)
+        out = proc.stdout + proc.stderr  # snakemake 9 logs to stderr
         if "Nothing to be done" in out:
             return {}
         table = out.split("Job stats:", 1)[1]

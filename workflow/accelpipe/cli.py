@@ -225,18 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def setup_logging(log_file: str | None) -> None:
     """Everything to the log file (or stderr); errors always to stderr as well."""
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    root = logging.getLogger()
-    root.setLevel(logging.INFO)
     console = logging.StreamHandler(sys.stderr)
-    console.setFormatter(fmt)
+    handlers: list[logging.Handler] = [console]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.FileHandler(log_file, mode="w")
-        file_handler.setFormatter(fmt)
-        root.addHandler(file_handler)
+        handlers.append(logging.FileHandler(log_file, mode="w"))
         console.setLevel(logging.ERROR)
-    root.addHandler(console)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,  # replace handlers of an earlier call (tests call main() repeatedly)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

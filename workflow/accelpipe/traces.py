@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import orjson
 
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, write_json, write_text
@@ -414,11 +415,20 @@ def _decode_events(
 
 
 def _loads_batch(pieces: list[bytes]) -> list:
-    """Decode many event objects with one ``json.loads`` (C speed, no per-event call)."""
+    """Decode many event objects in one call (C speed, no per-event call).
+
+    orjson is ~2x faster than the stdlib here; the stdlib decoder is the fallback for
+    what orjson rejects but chrome traces may hold (NaN, Infinity) and names the culprit.
+    """
     was_enabled = gc.isenabled()
     gc.disable()  # thousands of fresh dicts would trigger useless collections
+    batch = b"[" + b",".join(pieces) + b"]"
     try:
-        return json.loads(b"[" + b",".join(pieces) + b"]")
+        return orjson.loads(batch)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(batch)
     except (json.JSONDecodeError, UnicodeDecodeError):
         for piece in pieces:  # find the culprit for the message
             try:

@@ -1,0 +1,29 @@
+"""Run every benchmark in its own process and print their JSON objects as one JSON list."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = ("bench_prepare.py", "bench_loader.py", "bench_trace_summary.py", "bench_dag.py")
+
+
+def main() -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "workflow"), str(HERE.parent)])
+    results = []
+    for name in BENCHMARKS:
+        out = subprocess.run(
+            [sys.executable, str(HERE / name)], env=env, check=True, capture_output=True, text=True
+        ).stdout
+        results.append(json.loads(out.strip().splitlines()[-1]))
+        print(json.dumps(results[-1]), file=sys.stderr)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The `accelpipe` command: user errors are one line on stderr with exit status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accelpipe.cli import main
+
+
+def test_bad_config_json_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "raw",
+            "--dataset",
+            "brats",
+            "--config-json",
+            "{not json",
+            "--out",
+            str(tmp_path / "raw"),
+            "--downloads",
+            str(tmp_path / "dl"),
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--config-json is not valid JSON" in err and "Traceback" not in err
+    assert not (tmp_path / "raw").exists()
+
+
+def test_error_goes_to_log_file_and_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "logs/raw.log"
+    missing = tmp_path / "nowhere"
+    cfg = json.dumps({"source": f"path:{missing}"})
+    code = main(
+        [
+            "--log",
+            str(log),
+            "raw",
+            "--dataset",
+            "brats",
+            "--config-json",
+            cfg,
+            "--out",
+            str(tmp_path / "raw"),
+            "--downloads",
+            str(tmp_path / "dl"),
+        ]
+    )
+    assert code == 2
+    assert str(missing) in capsys.readouterr().err
+    assert str(missing) in log.read_text()
+    assert not (tmp_path / "raw").exists()
+
+
+def test_synthetic_raw_stage_writes_layout_and_stage_record(tmp_path: Path) -> None:
+    cfg = json.dumps(
+        {"source": "synthetic", "synthetic": {"cases": 5, "shape": [16, 16, 16], "seed": 0}}
+    )
+    out = tmp_path / "raw"
+    assert (
+        main(
+            [
+                "raw",
+                "--dataset",
+                "brats",
+                "--config-json",
+                cfg,
+                "--out",
+                str(out),
+                "--downloads",
+                str(tmp_path / "dl"),
+            ]
+        )
+        == 0
+    )
+    stage = json.loads((out / "stage.json").read_text())
+    assert stage["stage"] == "raw" and stage["cases"] == 5 and stage["source"] == "synthetic"
+    assert len(list((out / "Task01_BrainTumour/imagesTr").glob("*.nii.gz"))) == 5
+
+
+def test_unknown_dataset_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "raw",
+                "--dataset",
+                "kits",
+                "--config-json",
+                "{}",
+                "--out",
+                str(tmp_path / "r"),
+                "--downloads",
+                str(tmp_path / "d"),
+            ]
+        )
+        == 2
+    )
+    assert "'kits'" in capsys.readouterr().err

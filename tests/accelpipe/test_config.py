@@ -1,0 +1,92 @@
+"""Config schema: defaults, unknown and mistyped keys, string coercion from --config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from accelpipe.config import TrainConfig, validate, view
+from accelpipe.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_empty_config_gets_the_reference_defaults() -> None:
+    config = validate({})
+    assert config["backend"] == "cpu" and config["runtime"] == "local"
+    assert config["datasets"]["brats"]["source"] == "synthetic"
+    assert config["datasets"]["brats"]["msd"]["md5"] == "240a19d752f0d9e9101544901065d872"
+    unet = config["unet2d"]
+    assert unet["folds"] == 5 and unet["prepare"] == {"patch_size": [192, 160], "fold_seed": 12345}
+    assert unet["model"]["filters"] == [32, 64, 128, 256, 512, 512]
+    assert unet["train"]["lr"] == 0.001 and unet["train"]["batch_size"] == 64
+    assert unet["profile"]["schedule"] == {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+
+
+def test_shipped_config_is_valid_and_keeps_its_values() -> None:
+    shipped = yaml.safe_load((REPO / "config.yaml").read_text())
+    config = validate(shipped)
+    assert config["unet2d"]["train"]["epochs"] == shipped["unet2d"]["train"]["epochs"]
+    assert config["unet2d"]["train"]["weight_decay"] == 0.0001  # filled from the schema
+
+
+def test_validate_does_not_modify_its_input() -> None:
+    raw = {"unet2d": {"train": {"lr": "0.1"}}}
+    validate(raw)
+    assert raw == {"unet2d": {"train": {"lr": "0.1"}}}
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"unet2d": {"train": {"lrr": 1}}}, "'unet2d.train.lrr'"),
+        ({"datasets": {"bratz": {}}}, "'datasets.bratz'"),
+        ({"typo": 1}, "'typo'"),
+        ({"backend": "tpu"}, "'backend'"),
+        ({"unet2d": {"train": {"lr": "fast"}}}, "'unet2d.train.lr'"),
+        ({"unet2d": {"train": {"lr": 0}}}, "'unet2d.train.lr'"),
+        ({"unet2d": {"prepare": {"patch_size": [64]}}}, "'unet2d.prepare.patch_size'"),
+        ({"datasets": {"brats": {"source": "ftp://x"}}}, "'datasets.brats.source'"),
+        ({"unet2d": {"profile": {"schedule": {"active": 0}}}}, "'unet2d.profile.schedule.active'"),
+    ],
+)
+def test_bad_keys_and_values_are_named(config: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate(config)
+    assert named in str(err.value)
+
+
+def test_strings_from_the_command_line_take_the_schema_types() -> None:
+    config = validate(
+        {
+            "unet2d": {
+                "train": {
+                    "lr": "5e-4",
+                    "epochs": "3",
+                    "augment": "false",
+                    "steps_per_epoch": "null",
+                },
+                "prepare": {"patch_size": ["32", "48"]},
+            }
+        }
+    )
+    train = config["unet2d"]["train"]
+    assert (train["lr"], train["epochs"], train["augment"], train["steps_per_epoch"]) == (
+        0.0005,
+        3,
+        False,
+        None,
+    )
+    assert config["unet2d"]["prepare"]["patch_size"] == [32, 48]
+    assert (
+        validate({"datasets": {"brats": {"source": "path:/x"}}})["datasets"]["brats"]["source"]
+        == "path:/x"
+    )
+
+
+def test_view_builds_the_typed_train_config() -> None:
+    train = view(TrainConfig, validate({})["unet2d"]["train"])
+    assert isinstance(train, TrainConfig)
+    assert train.lr == 0.001 and train.precision == "auto" and train.steps_per_epoch is None

@@ -1,0 +1,67 @@
+"""Result folders: publish copies stage outputs with provenance; cv aggregates folds."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from accelpipe.errors import DataError
+from accelpipe.publish import RUN_FILES, aggregate_folds, publish_run
+
+
+def _stage_dirs(root: Path) -> dict[str, Path]:
+    dirs = {name: root / name for name in ("raw", "prepare", "train", "evaluate", "trace")}
+    for name, folder in dirs.items():
+        folder.mkdir()
+        facts = (
+            {"backend": "cpu", "device": "cpu (x86_64)", "precision": "fp32"}
+            if name == "train"
+            else {}
+        )
+        (folder / "stage.json").write_text(json.dumps({"stage": name, "seconds": 1.5, **facts}))
+    for stage, name, _ in RUN_FILES:
+        (dirs[stage] / name).write_text(f"{stage}/{name}")
+    return dirs
+
+
+def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
+    dirs = _stage_dirs(tmp_path)
+    out = tmp_path / "results/unet2d/fold0"
+    publish_run(dirs, {"unet2d": {"train": {"lr": 0.1}}}, out)
+    for _, _, target in RUN_FILES:
+        assert (out / target).exists()
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["device"] == "cpu (x86_64)" and prov["config"]["unet2d"]["train"]["lr"] == 0.1
+    assert prov["stages"]["train"]["seconds"] == 1.5
+    assert set(prov["git"]) == {"commit", "dirty"}
+
+
+def test_publish_with_a_missing_output_names_it_and_keeps_the_old_folder(tmp_path: Path) -> None:
+    dirs = _stage_dirs(tmp_path)
+    out = tmp_path / "result"
+    publish_run(dirs, {}, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (dirs["trace"] / "step_breakdown.png").unlink()
+    with pytest.raises(DataError, match=r"step_breakdown\.png"):
+        publish_run(dirs, {}, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_cross_validation_means(tmp_path: Path) -> None:
+    runs = []
+    for k, scores in enumerate([(0.5, 0.6, 0.7), (0.7, 0.8, 0.9)]):
+        run = tmp_path / f"fold{k}"
+        run.mkdir()
+        dice = dict(zip("123", scores, strict=True))
+        (run / "metrics.json").write_text(json.dumps({"dice": dice, "mean_dice": sum(scores) / 3}))
+        runs.append(run)
+    summary = aggregate_folds(runs, tmp_path / "cv")
+    assert summary["mean"]["dice"] == pytest.approx({"1": 0.6, "2": 0.7, "3": 0.8})
+    assert summary["mean"]["mean_dice"] == pytest.approx(0.7)
+    assert summary["std_mean_dice"] == pytest.approx(0.1)
+    with (tmp_path / "cv/cv_dice.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["fold"] for r in rows] == ["fold0", "fold1", "mean"]
