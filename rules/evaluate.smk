@@ -13,6 +13,6 @@ rule evaluate:
     params:
         cfg=evaluate_config,
     shell:
-        "OMP_NUM_THREADS={threads} accelpipe --log {log} evaluate --workload {wildcards.workload}"
+        "accelpipe --log {log} evaluate --workload {wildcards.workload}"
         " --run {wildcards.run} --prepared {input.data} --model {input.model}"
-        " --config-json {params.cfg:q} --out {output}"
+        " --config-json {params.cfg:q} --out {output} --threads {threads}"

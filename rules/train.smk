@@ -15,6 +15,6 @@ rule train:
     params:
         cfg=train_config,
     shell:
-        "OMP_NUM_THREADS={threads} accelpipe --log {log} train --workload {wildcards.workload}"
+        "accelpipe --log {log} train --workload {wildcards.workload}"
         " --run {wildcards.run} --prepared {input.data} --config-json {params.cfg:q}"
-        " --out {output}"
+        " --out {output} --threads {threads}"

@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -68,8 +69,19 @@ def _resume_dir(out: Path, args: argparse.Namespace) -> Path:
     return out.parent / f".{out.name}-partial-{key.hexdigest()[:12]}"
 
 
+def _limit_threads(threads: int) -> None:
+    """Intra-op threads: the rule's `threads`, but never more than the CPUs we may run on.
+
+    Snakemake scales `threads` to `--cores`, which can exceed the real cores.
+    """
+    import torch
+
+    torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     started = time.perf_counter()
+    _limit_threads(args.threads)
     out = Path(args.out)
     work_dir = _resume_dir(out, args)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -85,6 +97,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     started = time.perf_counter()
+    _limit_threads(args.threads)
     module = workloads.get(args.workload)
     with atomic_path(args.out) as tmp:
         metrics = module.evaluate(
@@ -170,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prepare.add_argument("--workers", type=int, default=1, help="parallel processes (cases)")
     run = (("--workload", "workload name"), ("--run", "run name, e.g. fold0"))
-    _add(
+    train = _add(
         sub,
         "train",
         cmd_train,
@@ -180,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         cfg,
         ("--out", "train output folder"),
     )
-    _add(
+    evaluate = _add(
         sub,
         "evaluate",
         cmd_evaluate,
@@ -191,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
         cfg,
         ("--out", "evaluation output folder"),
     )
+    for torch_stage in (train, evaluate):
+        torch_stage.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
     _add(
         sub,
         "summarize-trace",
