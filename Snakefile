@@ -17,6 +17,7 @@ include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/trace.smk"
 include: "rules/publish.smk"
+include: "rules/images.smk"
 
 
 rule all:

@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
+from accelpipe import containers
 from accelpipe.config import validate as validate_config
 from accelpipe.errors import ConfigError
 
@@ -20,6 +22,15 @@ config.clear()
 config.update(_validated)
 
 DATA = config["data_root"]
+RUNTIME = config["runtime"]
+# The backend's image, tagged by the hash of its Dockerfile and the package sources.
+IMAGE = containers.image_ref(
+    containers.spec_for(config["backend"]), config["containers"]["registry"]
+)
+IMAGE_MARKER = f"work/images/{containers.image_slug(IMAGE)}.json"
+# runtime apptainer: Snakemake's container directive (with --sdm apptainer) runs every
+# rule in the image; the image URI is also Snakemake's software-env rerun trigger.
+CONTAINER = f"docker://{IMAGE}" if RUNTIME == "apptainer" else None
 
 # workload -> (dataset, prepared variant)
 WORKLOAD_DATA = {"unet2d": ("brats", "2d")}
@@ -56,6 +67,54 @@ wildcard_constraints:
     dataset="|".join(sorted({d for d, _ in WORKLOAD_DATA.values()})),
     variant="[a-z0-9]+",
     run="(?!cv$)[A-Za-z0-9_-]+",
+
+
+def host_paths():
+    """Host paths a containerised stage must see besides the working directory."""
+    paths = [os.path.abspath(DATA)]
+    for block in config["datasets"].values():
+        if block["source"].startswith("path:"):
+            paths.append(os.path.abspath(block["source"].removeprefix("path:")))
+    return paths
+
+
+def runtime_config(wildcards):
+    """How `accelpipe` runs a stage: here, or in the backend's image (runtime docker)."""
+    runtime = {
+        "runtime": "docker" if RUNTIME == "docker" else "local",
+        "backend": config["backend"],
+        "pool": config["accelerators"]["pool"],
+    }
+    if RUNTIME == "docker":
+        runtime |= {
+            "image": IMAGE,
+            "mounts": host_paths(),
+            "env": config["containers"]["env"],
+            "docker_host": config["containers"]["docker_host"],
+        }
+    return as_json(runtime)
+
+
+def image_input(wildcards):
+    """runtime docker: every stage waits for its image to be built (once)."""
+    return [IMAGE_MARKER] if RUNTIME == "docker" else []
+
+
+def accel_count(wildcards):
+    """Accelerators a train or evaluate job leases (resources: accel)."""
+    return 0 if config["backend"] == "cpu" else config["accelerators"]["per_job"]
+
+
+def image_build_options(wildcards):
+    c = config["containers"]
+    options = [f"--registry {c['registry']}"]
+    if c["base_image"]:
+        options.append(f"--base-image {c['base_image']}")
+    if c["offline"]:
+        options.append("--offline")
+    if c["docker_host"]:
+        options.append(f"--docker-host {c['docker_host']}")
+    return " ".join(options)
 
 
 def as_json(value):

@@ -1,5 +1,6 @@
 rule raw_dataset:
     input:
+        image=image_input,
         code=code_for("raw"),
     output:
         directory(f"{DATA}/raw/{{dataset}}"),
@@ -8,16 +9,20 @@ rule raw_dataset:
     cache: "omit-software"
     conda:
         "../envs/torch-cpu.yaml"
+    container:
+        CONTAINER
     params:
+        runtime=runtime_config,
         cfg=raw_config,
         downloads=f"{DATA}/downloads/{{dataset}}",
     shell:
-        "accelpipe --log {log} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
+        "accelpipe --log {log} --runtime {params.runtime:q} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
         " --out {output} --downloads {params.downloads}"
 
 
 rule prepare_dataset:
     input:
+        image=image_input,
         raw=f"{DATA}/raw/{{dataset}}",
         code=code_for("prepare"),
     output:
@@ -27,10 +32,13 @@ rule prepare_dataset:
     cache: "omit-software"
     conda:
         "../envs/torch-cpu.yaml"
+    container:
+        CONTAINER
     threads: 4
     params:
+        runtime=runtime_config,
         cfg=prepare_config,
     shell:
-        "accelpipe --log {log} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
+        "accelpipe --log {log} --runtime {params.runtime:q} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
         " --raw {input.raw} --config-json {params.cfg:q} --out {output}"
         " --workers {threads}"

@@ -1,5 +1,6 @@
 rule evaluate:
     input:
+        image=image_input,
         data=prepared_dir,
         model="work/{workload}/{run}/train",
         code=code_for("evaluate"),
@@ -9,10 +10,15 @@ rule evaluate:
         "logs/{workload}/{run}/evaluate.log",
     conda:
         "../envs/torch-cpu.yaml"
+    container:
+        CONTAINER
     threads: 2
+    resources:
+        accel=accel_count,
     params:
+        runtime=runtime_config,
         cfg=evaluate_config,
     shell:
-        "accelpipe --log {log} evaluate --workload {wildcards.workload}"
+        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel} evaluate --workload {wildcards.workload}"
         " --run {wildcards.run} --prepared {input.data} --model {input.model}"
         " --config-json {params.cfg:q} --out {output} --threads {threads}"

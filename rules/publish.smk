@@ -1,5 +1,6 @@
 rule publish_run:
     input:
+        image=image_input,
         raw=raw_dir,
         data=prepared_dir,
         model="work/{workload}/{run}/train",
@@ -18,17 +19,21 @@ rule publish_run:
         "logs/{workload}/{run}/publish.log",
     conda:
         "../envs/torch-cpu.yaml"
+    container:
+        CONTAINER
     params:
+        runtime=runtime_config,
         cfg=publish_config,
     shell:
-        "accelpipe --log {log} publish --raw {input.raw} --prepared {input.data} --model {input.model}"
+        "accelpipe --log {log} --runtime {params.runtime:q} publish --raw {input.raw} --prepared {input.data} --model {input.model}"
         " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
         " --out {output}"
 
 
 rule cross_validation:
     input:
-        fold_results,
+        image=image_input,
+        runs=fold_results,
     output:
         report(
             directory("results/{workload}/cv"),
@@ -41,5 +46,9 @@ rule cross_validation:
         "logs/{workload}/cv.log",
     conda:
         "../envs/torch-cpu.yaml"
+    container:
+        CONTAINER
+    params:
+        runtime=runtime_config,
     shell:
-        "accelpipe --log {log} aggregate --runs {input} --out {output}"
+        "accelpipe --log {log} --runtime {params.runtime:q} aggregate --runs {input.runs} --out {output}"

@@ -1,5 +1,6 @@
 rule summarize_trace:
     input:
+        image=image_input,
         train="work/{workload}/{run}/train",
         code=package_files(["traces.py"]),
     output:
@@ -8,5 +9,9 @@ rule summarize_trace:
         "logs/{workload}/{run}/summarize_trace.log",
     conda:
         "../envs/torch-cpu.yaml"
+    container:
+        CONTAINER
+    params:
+        runtime=runtime_config,
     shell:
-        "accelpipe --log {log} summarize-trace --traces {input.train}/traces --out {output}"
+        "accelpipe --log {log} --runtime {params.runtime:q} summarize-trace --traces {input.train}/traces --out {output}"

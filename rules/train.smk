@@ -1,5 +1,6 @@
 rule train:
     input:
+        image=image_input,
         data=prepared_dir,
         code=code_for("train"),
     output:
@@ -8,13 +9,17 @@ rule train:
         "logs/{workload}/{run}/train.log",
     conda:
         "../envs/torch-cpu.yaml"
+    container:
+        CONTAINER
     threads: 4
     resources:
+        accel=accel_count,
         mem_mb=8000,
         runtime=600,
     params:
+        runtime=runtime_config,
         cfg=train_config,
     shell:
-        "accelpipe --log {log} train --workload {wildcards.workload}"
+        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel} train --workload {wildcards.workload}"
         " --run {wildcards.run} --prepared {input.data} --config-json {params.cfg:q}"
         " --out {output} --threads {threads}"

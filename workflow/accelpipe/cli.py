@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelpipe import datasets, provenance, workloads
+from accelpipe import containers, datasets, leases, provenance, workloads
 from accelpipe.config import load_slice
 from accelpipe.errors import AccelpipeError
 from accelpipe.io import atomic_path, write_json
@@ -141,6 +141,20 @@ def cmd_aggregate(args: argparse.Namespace) -> None:
     log.info("cross-validation mean: %s", json.dumps(summary["mean"]))
 
 
+def cmd_images(args: argparse.Namespace) -> None:
+    """`images tag` prints the image reference; `images build` builds it via the Engine API."""
+    spec = containers.spec_for(args.backend, args.framework)
+    ref = containers.image_ref(spec, args.registry)
+    if args.action == "tag":
+        print(ref)
+        return
+    engine = containers.client(args.docker_host)
+    pip_args = "--no-index" if args.offline else ""
+    containers.build(spec, ref, engine, base_image=args.base_image, pip_extra_args=pip_args)
+    if args.out:
+        write_json(Path(args.out), {"image": ref, "backend": args.backend})
+
+
 def _add(
     sub: argparse._SubParsersAction,
     name: str,
@@ -158,6 +172,12 @@ def _add(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelpipe", description=__doc__.splitlines()[0])
     parser.add_argument("--log", help="log file (the rule's log); errors also go to stderr")
+    parser.add_argument(
+        "--runtime",
+        default='{"runtime":"local"}',
+        help="JSON: where the stage runs (local, or docker with its image); set by the rules",
+    )
+    parser.add_argument("--accel", type=int, default=0, help="accelerators to lease for the stage")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="<stage>")
     cfg = ("--config-json", "the rule's config slice as JSON")
     _add(
@@ -235,6 +255,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("--out", "aggregate folder"),
     )
     aggregate.add_argument("--runs", nargs="+", required=True, help="published fold folders")
+    images = sub.add_parser("images", help="tag or build the container image of a backend")
+    images.add_argument("action", choices=("tag", "build"))
+    images.add_argument("--backend", required=True, help="cpu, cuda, rocm or gaudi")
+    images.add_argument("--framework", default="pytorch")
+    images.add_argument("--registry", default="localhost", help="image name prefix")
+    images.add_argument("--base-image", default=None, help="override the Dockerfile's BASE_IMAGE")
+    images.add_argument(
+        "--offline", action="store_true", help="pip --no-index: docker/wheelhouse only"
+    )
+    images.add_argument("--docker-host", default=None, help="Engine API URL (default DOCKER_HOST)")
+    images.add_argument("--out", default=None, help="marker file written after a successful build")
+    images.set_defaults(handler=cmd_images)
     return parser
 
 
@@ -254,15 +286,49 @@ def setup_logging(log_file: str | None) -> None:
     )
 
 
+def stage_argv(argv: list[str]) -> list[str]:
+    """`argv` from the stage name on: what runs inside a container (global options dropped)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("--"):
+        i += 1 if "=" in argv[i] else 2
+    return argv[i:]
+
+
+def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
+    """Lease accelerators, then run the stage here or in its container."""
+    runtime = load_slice(args.runtime)
+    backend = runtime.get("backend", "cpu")
+    pool = leases.resolve_pool(backend, runtime.get("pool")) if args.accel else []
+    with leases.lease(args.accel, pool, leases.default_lock_dir()) as devices:
+        if devices:
+            log.info("leased %s devices %s", backend, ",".join(devices))
+        if runtime["runtime"] != "docker":
+            os.environ.update(leases.visibility_env(backend, devices))
+            args.handler(args)
+            return 0
+        engine = containers.client(runtime.get("docker_host"))
+        return containers.run(
+            engine,
+            runtime["image"],
+            ["accelpipe", *stage_argv(argv)],
+            workdir=Path.cwd(),
+            mounts=[Path(m) for m in runtime.get("mounts", [])],
+            backend=backend,
+            devices=devices,
+            env_names=runtime.get("env", []),
+            log_file=Path(args.log) if args.log else None,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     setup_logging(args.log)
     try:
-        args.handler(args)
+        return run_stage(args, argv)
     except AccelpipeError as err:
         log.error("accelpipe %s: %s", args.stage, err)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

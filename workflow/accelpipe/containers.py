@@ -1,0 +1,311 @@
+"""The one container layer: image tags, and building and running through the Docker Engine API.
+
+The Engine API is spoken by Docker and by Podman (`podman system service`), so the same
+code drives both; DOCKER_HOST (or `containers.docker_host`) picks the socket. Images are
+tagged by a hash of their Dockerfile, the requirements and the package sources, so a
+changed package gives a new tag, which Snakemake sees as a changed software environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from accelpipe.errors import AccelpipeError, ConfigError
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]  # <repo>/workflow/accelpipe/containers.py
+IMAGES_FILE = Path("docker/images.yaml")
+# Files whose content defines an image besides its Dockerfile.
+IMAGE_INPUTS = ("pyproject.toml", "README.md", "requirements", "workflow/accelpipe")
+# Host variables a containerised stage may see; everything else stays outside.
+ENV_WHITELIST = (
+    "TZ",
+    "LANG",
+    "LC_ALL",
+    "OMP_NUM_THREADS",
+    "PYTHONHASHSEED",
+    "TORCH_HOME",
+    "HF_HUB_OFFLINE",
+    "NCCL_DEBUG",
+    "MIOPEN_FIND_MODE",
+    "MIOPEN_FIND_ENFORCE",
+    "PT_HPU_LAZY_MODE",
+    "LOG_LEVEL_ALL",
+    "ACCELPIPE_LOCK_DIR",
+)
+LABEL = "io.accelpipe.stage"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One entry of docker/images.yaml."""
+
+    name: str
+    dockerfile: Path
+    backend: str
+    framework: str
+    base_image: str
+
+
+def load_specs(repo: Path = REPO) -> dict[str, ImageSpec]:
+    data = yaml.safe_load((repo / IMAGES_FILE).read_text())
+    return {
+        name: ImageSpec(
+            name,
+            Path(entry["dockerfile"]),
+            entry["backend"],
+            entry["framework"],
+            entry["base_image"],
+        )
+        for name, entry in data["images"].items()
+    }
+
+
+def spec_for(backend: str, framework: str = "pytorch", repo: Path = REPO) -> ImageSpec:
+    name = f"{backend}-{framework}"
+    specs = load_specs(repo)
+    if name not in specs:
+        raise ConfigError(
+            f"no container image {name!r} in {IMAGES_FILE} (have: {', '.join(specs)})"
+        )
+    return specs[name]
+
+
+def _hashed_files(spec: ImageSpec, repo: Path) -> Iterator[Path]:
+    yield repo / spec.dockerfile
+    for entry in IMAGE_INPUTS:
+        path = repo / entry
+        if path.is_dir():
+            yield from sorted(
+                p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+            )
+        elif path.exists():
+            yield path
+
+
+def image_tag(spec: ImageSpec, repo: Path = REPO) -> str:
+    """Content hash of everything the image is built from (paths and bytes)."""
+    digest = hashlib.sha256()
+    for path in _hashed_files(spec, repo):
+        digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def image_ref(spec: ImageSpec, registry: str, repo: Path = REPO) -> str:
+    return f"{registry.rstrip('/')}/accelpipe/{spec.name}:{image_tag(spec, repo)}"
+
+
+def image_slug(ref: str) -> str:
+    """`<registry>/accelpipe/cpu-pytorch:abc123` -> `cpu-pytorch-abc123` (a file-name-safe id)."""
+    return ref.rpartition("/")[2].replace(":", "-")
+
+
+# -- the Engine API -------------------------------------------------------------------------
+
+
+def client(docker_host: str | None = None) -> Any:
+    """A docker SDK client for `docker_host`, DOCKER_HOST, or the default socket."""
+    import docker
+
+    try:
+        engine = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
+        engine.ping()
+    except docker.errors.DockerException as err:
+        where = docker_host or os.environ.get("DOCKER_HOST") or "the default socket"
+        raise AccelpipeError(
+            f"no Docker Engine API at {where} ({err}); start Docker, or Podman's API with "
+            "`podman system service --time=0 unix:///run/podman/podman.sock` and set DOCKER_HOST"
+        ) from None
+    return engine
+
+
+def build(
+    spec: ImageSpec,
+    ref: str,
+    engine: Any,
+    *,
+    base_image: str | None = None,
+    pip_extra_args: str = "",
+    repo: Path = REPO,
+    out: TextIO = sys.stderr,
+) -> str:
+    """Build `spec` as `ref` unless the engine already has it; stream the build log to `out`."""
+    import docker
+
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        engine.images.get(ref)
+        out.write(f"image {ref} is up to date\n")
+        return ref
+    (repo / "docker/wheelhouse").mkdir(exist_ok=True)  # the Dockerfiles COPY it, maybe empty
+    buildargs = {"BASE_IMAGE": base_image or spec.base_image, "PIP_EXTRA_ARGS": pip_extra_args}
+    stream = engine.api.build(
+        path=str(repo),
+        dockerfile=str(spec.dockerfile),
+        tag=ref,
+        buildargs=buildargs,
+        rm=True,
+        forcerm=True,
+        decode=True,
+        network_mode="host" if not pip_extra_args else "none",
+    )
+    for chunk in stream:
+        if "stream" in chunk:
+            out.write(chunk["stream"])
+        if "error" in chunk:
+            raise AccelpipeError(
+                f"building {ref} from {spec.dockerfile} failed: {chunk['error'].strip()}"
+            )
+    engine.images.get(ref)  # the build really produced it
+    return ref
+
+
+# -- running a stage ------------------------------------------------------------------------
+
+
+def device_options(backend: str, devices: Sequence[str]) -> dict[str, Any]:
+    """The vendor's container flags for the leased `devices` (never privileged).
+
+    Inside the container only the leased devices exist, numbered from 0 (CUDA, ROCm); the
+    Habana runtime itself selects modules from HABANA_VISIBLE_MODULES.
+    """
+    if backend == "cpu" or not devices:
+        return {}
+    if backend == "cuda":
+        from docker.types import DeviceRequest
+
+        return {
+            "device_requests": [DeviceRequest(device_ids=list(devices), capabilities=[["gpu"]])]
+        }
+    if backend == "rocm":
+        render = [f"/dev/dri/renderD{128 + int(d)}" for d in devices]
+        return {
+            "devices": [f"{node}:{node}:rwm" for node in ("/dev/kfd", *render)],
+            "group_add": ["video"],
+            "security_opt": ["seccomp=unconfined"],
+            "ipc_mode": "host",
+            "environment": {"HIP_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(devices)))},
+        }
+    if backend == "gaudi":
+        return {
+            "runtime": "habana",
+            "cap_add": ["SYS_NICE"],
+            "ipc_mode": "host",
+            "environment": {"HABANA_VISIBLE_MODULES": ",".join(devices)},
+        }
+    raise ConfigError(f"config key 'backend': no container flags for {backend!r}")
+
+
+def container_env(extra: Sequence[str] = ()) -> dict[str, str]:
+    env = {k: os.environ[k] for k in (*ENV_WHITELIST, *extra) if k in os.environ}
+    env.setdefault("HOME", "/tmp")  # the caller's uid has no home in the image
+    return env
+
+
+def mounts_for(paths: Sequence[str | Path]) -> list[Any]:
+    """Bind mounts of each path at the same location, so every path in argv works inside."""
+    from docker.types import Mount
+
+    unique = sorted({str(Path(p).resolve()) for p in paths})
+    # a path inside another mounted path needs no mount of its own
+    roots = [p for p in unique if not any(p != q and p.startswith(q + os.sep) for q in unique)]
+    return [Mount(target=p, source=p, type="bind") for p in roots]
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP (what Snakemake and schedulers send) into an exception."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Interrupted(signum)
+
+    previous = {
+        s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    }
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run(
+    engine: Any,
+    image: str,
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    mounts: Sequence[Path],
+    backend: str,
+    devices: Sequence[str],
+    env_names: Sequence[str],
+    log_file: Path | None,
+) -> int:
+    """Run `argv` in `image` as the calling user; stream its output; always remove it."""
+    options = device_options(backend, devices)
+    environment = {**container_env(env_names), **options.pop("environment", {})}
+    container = engine.containers.create(
+        image,
+        list(argv),
+        user=f"{os.getuid()}:{os.getgid()}",
+        working_dir=str(workdir.resolve()),
+        mounts=mounts_for([workdir, *mounts]),
+        environment=environment,
+        network_disabled=True,
+        labels={LABEL: json.dumps(list(argv[:2]))},
+        detach=True,
+        **options,
+    )
+    try:
+        with _signals_raise():
+            container.start()
+            _stream(container, log_file)
+            return int(container.wait()["StatusCode"])
+    except _Interrupted as stop:
+        log.error("interrupted by %s: removing container %s", stop, container.short_id)
+        raise SystemExit(128 + stop.signum) from None
+    finally:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+
+
+def _stream(container: Any, log_file: Path | None) -> None:
+    """Container output to the rule's log; error lines also to our stderr."""
+    sink = log_file.open("a") if log_file else sys.stderr
+    try:
+        pending = b""
+        for chunk in container.logs(stream=True, follow=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                _emit(raw.decode(errors="replace"), sink, log_file is not None)
+        if pending:
+            _emit(pending.decode(errors="replace"), sink, log_file is not None)
+    finally:
+        if log_file:
+            sink.close()
+
+
+def _emit(line: str, sink: TextIO, echo_errors: bool) -> None:
+    sink.write(line + "\n")
+    sink.flush()
+    if echo_errors and " ERROR " in line:
+        print(line, file=sys.stderr)
