@@ -20,7 +20,19 @@ from typing import TypeVar
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-COPIED = ("Snakefile", "rules", "report", "envs", "workflow", "requirements", "config.yaml")
+COPIED = (
+    "Snakefile",
+    "rules",
+    "report",
+    "envs",
+    "workflow",
+    "requirements",
+    "config.yaml",
+    "docker",
+    "pyproject.toml",
+    "README.md",
+    ".dockerignore",
+)
 
 # Small enough that a fold trains in seconds on 2 cores, big enough to exercise
 # every stage (deep supervision, loader workers, profiler cycle, 5 folds).
@@ -120,7 +132,9 @@ def make_project(root: Path, config: dict = TINY_CONFIG) -> Project:
     for name in COPIED:
         source = REPO / name
         if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                source, root / name, ignore=shutil.ignore_patterns("__pycache__", "wheelhouse")
+            )
         else:
             shutil.copy2(source, root / name)
     (root / "config.yaml").write_text(yaml.safe_dump(config))

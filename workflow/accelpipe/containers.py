@@ -140,14 +140,13 @@ def build(
     base_image: str | None = None,
     pip_extra_args: str = "",
     repo: Path = REPO,
-    out: TextIO = sys.stderr,
 ) -> str:
-    """Build `spec` as `ref` unless the engine already has it; stream the build log to `out`."""
+    """Build `spec` as `ref` unless the engine already has it; the build output is logged."""
     import docker
 
     with contextlib.suppress(docker.errors.ImageNotFound):
         engine.images.get(ref)
-        out.write(f"image {ref} is up to date\n")
+        log.info("image %s is up to date", ref)
         return ref
     (repo / "docker/wheelhouse").mkdir(exist_ok=True)  # the Dockerfiles COPY it, maybe empty
     buildargs = {"BASE_IMAGE": base_image or spec.base_image, "PIP_EXTRA_ARGS": pip_extra_args}
@@ -162,8 +161,8 @@ def build(
         network_mode="host" if not pip_extra_args else "none",
     )
     for chunk in stream:
-        if "stream" in chunk:
-            out.write(chunk["stream"])
+        if chunk.get("stream", "").strip():
+            log.info("%s", chunk["stream"].rstrip())
         if "error" in chunk:
             raise AccelpipeError(
                 f"building {ref} from {spec.dockerfile} failed: {chunk['error'].strip()}"

@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import quote
 
 from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigError
 
@@ -188,7 +187,7 @@ def lock_path(lock_dir: str | Path, device: str) -> Path:
 
     Percent-encoding is injective, so two distinct ids never share a lock.
     """
-    return Path(lock_dir) / f"{quote(device, safe='')}.lock"
+    return Path(lock_dir) / f"{device.replace('/', '_')}.lock"
 
 
 @contextlib.contextmanager
@@ -276,6 +275,7 @@ def _try_take(n: int, devices: list[str], directory: Path) -> dict[str, int] | N
     except BaseException:
         _release(held.values())
         raise
+    _release(held.values())
     return None
 
 

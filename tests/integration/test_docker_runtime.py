@@ -1,0 +1,159 @@
+"""runtime: docker through the real Engine API (Podman here): the tiny unet2d config
+runs in the cpu-pytorch image with the same results as the local runtime, files belong
+to the caller, and no container outlives its job, even when Snakemake is interrupted."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from accelpipe import containers
+from tests.integration.conftest import BASE_IMAGE, copy_wheelhouse
+from tests.workflow.project import TINY_CONFIG, Project, make_project
+
+pytestmark = pytest.mark.integration
+TARGET = "results/unet2d/fold0"
+
+
+def _ours(engine) -> list:
+    return engine.containers.list(all=True, filters={"label": containers.LABEL})
+
+
+@pytest.fixture(scope="module")
+def docker_project(engine, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    config = copy.deepcopy(TINY_CONFIG)
+    config["runtime"] = "docker"
+    config["containers"] = {"base_image": BASE_IMAGE, "offline": True}
+    project = make_project(tmp_path_factory.mktemp("docker"), config)
+    copy_wheelhouse(project.root)
+    project.snakemake(TARGET)
+    return project
+
+
+@pytest.fixture(scope="module")
+def local_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    project = make_project(tmp_path_factory.mktemp("local"))
+    project.snakemake(TARGET)
+    return project
+
+
+def test_docker_results_equal_local_results(
+    docker_project: Project, local_project: Project
+) -> None:
+    for name in ("metrics.json", "per_case_dice.csv"):
+        docker_bytes = (docker_project.root / TARGET / name).read_bytes()
+        local_bytes = (local_project.root / TARGET / name).read_bytes()
+        assert docker_bytes == local_bytes, name
+    prov = json.loads((docker_project.root / TARGET / "provenance.json").read_text())
+    assert prov["config"]["runtime"] == "docker"
+
+
+def test_every_stage_ran_in_the_image(docker_project: Project) -> None:
+    image_log = next((docker_project.root / "logs/images").glob("*.log")).read_text()
+    assert "cpu-pytorch" in image_log
+    train_log = (docker_project.root / "logs/unet2d/fold0/train.log").read_text()
+    # the log is the container's output, streamed; the stage record says where it ran
+    assert "epoch 2/2" in train_log
+    stage = json.loads((docker_project.root / "work/unet2d/fold0/train/stage.json").read_text())
+    assert stage["host"] != os.uname().nodename  # a container's hostname, not ours
+
+
+def test_outputs_belong_to_the_caller(docker_project: Project) -> None:
+    for folder in ("results", "work", "data"):
+        for path in (docker_project.root / folder).rglob("*"):
+            st = path.lstat()
+            assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), path
+
+
+def _image(project: Project) -> str:
+    return containers.image_ref(
+        containers.spec_for("cpu", repo=project.root), "localhost", repo=project.root
+    )
+
+
+def test_container_runs_as_the_calling_uid(
+    engine, docker_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As root the check above cannot tell "the caller" from "root"; pretend to be uid 4321.
+    tmp_path.chmod(0o777)  # a folder uid 4321 may write to
+    monkeypatch.setattr(containers.os, "getuid", lambda: 4321)
+    monkeypatch.setattr(containers.os, "getgid", lambda: 4322)
+    image = _image(docker_project)
+    code = containers.run(
+        engine,
+        image,
+        ["python3", "-c", "open('made.txt', 'w').write('x')"],
+        workdir=tmp_path,
+        mounts=[],
+        backend="cpu",
+        devices=[],
+        env_names=[],
+        log_file=None,
+    )
+    assert code == 0
+    st = (tmp_path / "made.txt").stat()
+    assert (st.st_uid, st.st_gid) == (4321, 4322)
+
+
+def test_exit_code_propagates_and_container_is_removed(
+    engine, docker_project: Project, tmp_path: Path
+) -> None:
+    image = _image(docker_project)
+    log = tmp_path / "job.log"
+    code = containers.run(
+        engine,
+        image,
+        ["python3", "-c", "import sys; print('out'); sys.exit(3)"],
+        workdir=tmp_path,
+        mounts=[],
+        backend="cpu",
+        devices=[],
+        env_names=[],
+        log_file=log,
+    )
+    assert code == 3
+    assert "out" in log.read_text()
+    assert _ours(engine) == []
+
+
+def test_no_container_is_left_behind(engine, docker_project: Project) -> None:
+    assert _ours(engine) == []
+
+
+def test_interrupting_snakemake_mid_train_removes_the_container(
+    engine, docker_project: Project
+) -> None:
+    endless = 'unet2d={"train":{"epochs":100000,"steps_per_epoch":3}}'
+    job = docker_project.start_snakemake("work/unet2d/fold2/train", "--config", endless)
+    try:
+        docker_project.wait_for(
+            lambda: next(
+                (
+                    c
+                    for c in _ours(engine)
+                    if "train" in c.labels[containers.LABEL] and c.status == "running"
+                ),
+                None,
+            ),
+            job,
+        )
+        docker_project.wait_for(
+            lambda: next(
+                (docker_project.root / "work/unet2d/fold2").glob(".train-partial-*/checkpoint.pt"),
+                None,
+            ),
+            job,
+        )
+        # Ctrl-C in a terminal signals the whole foreground process group. (SIGINT to the
+        # snakemake process alone makes Snakemake 9 wait for running jobs to finish.)
+        os.killpg(job.pid, signal.SIGINT)
+        assert job.wait() != 0
+    finally:
+        docker_project.kill(job)
+    assert _ours(engine) == []
+    assert not (docker_project.root / "work/unet2d/fold2/train").exists()
