@@ -6,7 +6,7 @@ CORES ?= 8
 TARGET ?= results/unet2d/fold0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test lint format bench clean venv
+.PHONY: run test lint format bench clean venv wheelhouse image
 
 $(VENV)/.installed: requirements/cpu.txt requirements/dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,17 @@ lint: venv
 format: venv
 	$(BIN)/ruff format workflow tests benchmarks scripts
 	$(BIN)/snakefmt Snakefile rules/
+
+# Wheels for offline image builds (containers.offline: true, air-gapped sites, CI).
+wheelhouse: venv
+	mkdir -p docker/wheelhouse
+	$(BIN)/python -m pip download --quiet --dest docker/wheelhouse \
+		-r requirements/core.txt -r requirements/torch-cpu.txt "setuptools>=77" wheel
+
+# The backend's image through the Docker Engine API (DOCKER_HOST), e.g. BACKEND=cpu.
+BACKEND ?= cpu
+image: venv
+	$(BIN)/accelpipe images build --backend $(BACKEND) $(IMAGE_ARGS)
 
 bench: venv
 	$(BIN)/python benchmarks/run_all.py
