@@ -28,9 +28,10 @@ IMAGE = containers.image_ref(
     containers.spec_for(config["backend"]), config["containers"]["registry"]
 )
 IMAGE_MARKER = f"work/images/{containers.image_slug(IMAGE)}.json"
-# runtime apptainer: Snakemake's container directive (with --sdm apptainer) runs every
-# rule in the image; the image URI is also Snakemake's software-env rerun trigger.
-CONTAINER = f"docker://{IMAGE}" if RUNTIME == "apptainer" else None
+# The container directive: with --sdm apptainer (runtime apptainer) Snakemake runs every
+# rule in the image; for both container runtimes the URI is Snakemake's software-env
+# rerun trigger, so a rebuilt image re-runs what ran in the old one.
+CONTAINER = f"docker://{IMAGE}" if RUNTIME in ("docker", "apptainer") else None
 
 # workload -> (dataset, prepared variant)
 WORKLOAD_DATA = {"unet2d": ("brats", "2d")}

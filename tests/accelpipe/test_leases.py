@@ -34,7 +34,7 @@ def _no_wait() -> None:
     raise _Waited
 
 
-# --- workers (module level, so that spawn can import them) ---------------------------
+# --- workers (module level, so that spawn can import them) ------------------------------
 
 
 def _tick(clock) -> int:
@@ -74,7 +74,7 @@ def _hold_forever(n: int, pool: list[str], lock_dir: str, ready) -> None:
         time.sleep(3600)
 
 
-# --- helpers ---------------------------------------------------------------------------
+# --- helpers ----------------------------------------------------------------------------
 
 
 def _overlaps(records: list[dict]) -> list[tuple[str, dict, dict]]:
@@ -122,48 +122,7 @@ def _check_reports(reports: list[dict], plans: list[list[int]]) -> None:
     assert sum(report["waits"] for report in reports) > 0
 
 
-# --- concurrency -------------------------------------------------------------------------
-
-
-def test_overlap_check_detects_a_shared_device() -> None:
-    records = [
-        {"devices": ["0", "1"], "start": 1, "end": 4},
-        {"devices": ["2"], "start": 2, "end": 3},
-        {"devices": ["1", "3"], "start": 3, "end": 6},
-        {"devices": ["0"], "start": 5, "end": 7},
-    ]
-    assert [(d, a["start"], b["start"]) for d, a, b in _overlaps(records)] == [("1", 1, 3)]
-
-
-def test_processes_leasing_two_devices_never_share_one(tmp_path: Path) -> None:
-    plans = [[2] * 8 for _ in range(6)]
-    _check_reports(_run_workers(tmp_path, plans), plans)
-
-
-def test_mixed_one_and_three_device_leases_never_share_one(tmp_path: Path) -> None:
-    plans = [[1, 3, 1, 1, 3, 1], [3, 1, 3, 1], [1] * 8, [3] * 4, [1, 1, 3, 1], [3, 1, 1, 3]]
-    _check_reports(_run_workers(tmp_path, plans), plans)
-
-
-def test_sigkilled_holder_releases_its_devices(tmp_path: Path) -> None:
-    pool, lock_dir = ["0", "1"], tmp_path / "locks"
-    ready = MP.Event()
-    holder = MP.Process(target=_hold_forever, args=(2, pool, str(lock_dir), ready))
-    holder.start()
-    try:
-        assert ready.wait(120), "the holder process never got its lease"
-        assert f"pid={holder.pid} " in leases.lock_path(lock_dir, "0").read_text()
-        with pytest.raises(_Waited), leases.lease(1, pool, lock_dir, on_wait=_no_wait):
-            pass
-    finally:
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.join()
-    assert holder.exitcode == -signal.SIGKILL
-    with leases.lease(2, pool, lock_dir, on_wait=_no_wait) as devices:
-        assert devices == pool
-
-
-# --- single process ------------------------------------------------------------------------
+# --- single process ---------------------------------------------------------------------
 
 
 def test_exception_inside_the_lease_releases_the_devices(tmp_path: Path) -> None:
@@ -176,7 +135,7 @@ def test_exception_inside_the_lease_releases_the_devices(tmp_path: Path) -> None
 
 
 def test_leases_in_one_process_exclude_each_other(tmp_path: Path) -> None:
-    with leases.lease(3, POOL, tmp_path) as first:
+    with leases.lease(3, POOL, tmp_path, on_wait=_no_wait) as first:
         assert first == ["0", "1", "2"]
         with leases.lease(1, POOL, tmp_path, on_wait=_no_wait) as second:
             assert second == ["3"]
@@ -224,8 +183,8 @@ def test_more_devices_than_the_pool_is_a_config_error(tmp_path: Path) -> None:
 def test_device_ids_are_sanitized_into_distinct_lock_files(tmp_path: Path) -> None:
     lock_dir = tmp_path / "locks"
     pool = ["a/b", "a_b", "../up", "GPU-1e2f", "a%2Fb"]
-    with leases.lease(len(pool), pool, lock_dir) as devices:
-        assert devices == pool
+    with leases.lease(len(pool), pool, lock_dir, on_wait=_no_wait) as devices:
+        assert devices == pool  # two ids sharing a lock file would make it wait
     files = sorted(p.name for p in lock_dir.iterdir())
     assert len(files) == len(pool)
     assert all(p.parent == lock_dir for p in lock_dir.iterdir())
@@ -244,7 +203,7 @@ def test_lock_files_of_another_user_are_locked_read_only(
 
     leases.lock_path(tmp_path, "0").touch()
     monkeypatch.setattr(leases.os, "open", open_without_write_permission)
-    with leases.lease(1, ["0"], tmp_path) as devices:
+    with leases.lease(1, ["0"], tmp_path, on_wait=_no_wait) as devices:
         assert devices == ["0"]
         with pytest.raises(_Waited), leases.lease(1, ["0"], tmp_path, on_wait=_no_wait):
             pass
@@ -285,7 +244,7 @@ def test_visibility_env_per_backend() -> None:
         leases.visibility_env("tpu", ["0"])
 
 
-# --- detection -----------------------------------------------------------------------------
+# --- detection --------------------------------------------------------------------------
 
 ROCM_SMI = """
 ============================ ROCm System Management Interface ============================
@@ -392,7 +351,7 @@ def test_detect_reports_a_failing_tool(tmp_path: Path, monkeypatch: pytest.Monke
         leases.detect_devices("cuda")
 
 
-# --- pool -------------------------------------------------------------------------------------
+# --- pool -------------------------------------------------------------------------------
 
 
 def test_resolve_pool_prefers_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -409,3 +368,45 @@ def test_resolve_pool_prefers_the_config(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_resolve_pool_rejects_bad_config(pool: object, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         leases.resolve_pool("cuda", pool)  # type: ignore[arg-type]
+
+
+# --- concurrency ------------------------------------------------------------------------
+
+
+def test_overlap_check_detects_a_shared_device() -> None:
+    records = [
+        {"devices": ["0", "1"], "start": 1, "end": 4},
+        {"devices": ["2"], "start": 2, "end": 3},
+        {"devices": ["1", "3"], "start": 3, "end": 6},
+        {"devices": ["0"], "start": 5, "end": 7},
+    ]
+    assert [(d, a["start"], b["start"]) for d, a, b in _overlaps(records)] == [("1", 1, 3)]
+
+
+def test_processes_leasing_two_devices_never_share_one(tmp_path: Path) -> None:
+    plans = [[2] * 8 for _ in range(6)]
+    _check_reports(_run_workers(tmp_path, plans), plans)
+
+
+def test_mixed_one_and_three_device_leases_never_share_one(tmp_path: Path) -> None:
+    plans = [[1, 3, 1, 1, 3, 1], [3, 1, 3, 1], [1] * 8, [3] * 4, [1, 1, 3, 1], [3, 1, 1, 3]]
+    _check_reports(_run_workers(tmp_path, plans), plans)
+
+
+def test_sigkilled_holder_releases_its_devices(tmp_path: Path) -> None:
+    pool, lock_dir = ["0", "1"], tmp_path / "locks"
+    ready = MP.Event()
+    holder = MP.Process(target=_hold_forever, args=(2, pool, str(lock_dir), ready))
+    holder.start()
+    try:
+        while not ready.wait(0.05):  # no deadline: only fail if the holder died
+            assert holder.is_alive(), "the holder process died before leasing"
+        assert f"pid={holder.pid} " in leases.lock_path(lock_dir, "0").read_text()
+        with pytest.raises(_Waited), leases.lease(1, pool, lock_dir, on_wait=_no_wait):
+            pass
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join()
+    assert holder.exitcode == -signal.SIGKILL
+    with leases.lease(2, pool, lock_dir, on_wait=_no_wait) as devices:
+        assert devices == pool

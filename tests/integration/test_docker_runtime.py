@@ -157,3 +157,27 @@ def test_interrupting_snakemake_mid_train_removes_the_container(
         docker_project.kill(job)
     assert _ours(engine) == []
     assert not (docker_project.root / "work/unet2d/fold2/train").exists()
+
+
+def test_changed_package_source_rebuilds_the_image_and_reruns_its_stages(
+    docker_project: Project,
+) -> None:
+    module = docker_project.root / "workflow/accelpipe/traces.py"
+    original, stat = module.read_text(), module.stat()
+    try:
+        module.write_text(original + "\n# an edit\n")
+        jobs = docker_project.planned_jobs(TARGET)
+    finally:
+        module.write_text(original)
+        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    # a new image tag: every stage that ran in the old image runs again in the new one
+    assert set(jobs) == {
+        "build_image",
+        "raw_dataset",
+        "prepare_dataset",
+        "train",
+        "evaluate",
+        "summarize_trace",
+        "publish_run",
+    }
+    assert docker_project.planned_jobs(TARGET) == {}

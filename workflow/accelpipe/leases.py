@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigError
 
@@ -187,7 +188,7 @@ def lock_path(lock_dir: str | Path, device: str) -> Path:
 
     Percent-encoding is injective, so two distinct ids never share a lock.
     """
-    return Path(lock_dir) / f"{device.replace('/', '_')}.lock"
+    return Path(lock_dir) / f"{quote(device, safe='')}.lock"
 
 
 @contextlib.contextmanager
