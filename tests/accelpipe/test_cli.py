@@ -103,3 +103,51 @@ def test_unknown_dataset_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[
         == 2
     )
     assert "'kits'" in capsys.readouterr().err
+
+
+def test_accel_leases_devices_sets_visibility_and_releases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelpipe import leases
+
+    monkeypatch.setenv("ACCELPIPE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    seen: dict[str, str | None] = {}
+
+    def fake_stage(args: object) -> None:  # records what the stage would see
+        import os
+
+        seen["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        with (
+            pytest.raises(AssertionError),
+            leases.lease(2, ["7", "9"], tmp_path / "locks", on_wait=_no_wait),
+        ):
+            pass  # "7" is held by this stage's lease: only "9" is free
+
+    monkeypatch.setattr("accelpipe.cli.cmd_raw", fake_stage)
+    runtime = json.dumps({"runtime": "local", "backend": "cuda", "pool": ["7", "9"]})
+    code = main(
+        [
+            "--runtime",
+            runtime,
+            "--accel",
+            "1",
+            "raw",
+            "--dataset",
+            "brats",
+            "--config-json",
+            "{}",
+            "--out",
+            str(tmp_path / "r"),
+            "--downloads",
+            "d",
+        ]
+    )
+    assert code == 0
+    assert seen["visible"] == "7"
+    with leases.lease(2, ["7", "9"], tmp_path / "locks", on_wait=_no_wait) as devices:
+        assert devices == ["7", "9"]  # released when the stage ended
+
+
+def _no_wait() -> None:
+    raise AssertionError("would wait for a device")

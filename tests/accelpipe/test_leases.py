@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,11 @@ class _Waited(Exception):
 
 def _no_wait() -> None:
     raise _Waited
+
+
+def _now(n: int, pool: Sequence[str], lock_dir: str | Path) -> AbstractContextManager[list[str]]:
+    """A lease that fails with _Waited instead of waiting (so a bug fails, not hangs)."""
+    return leases.lease(n, pool, lock_dir, on_wait=_no_wait)
 
 
 # --- workers (module level, so that spawn can import them) ------------------------------
@@ -126,20 +132,20 @@ def _check_reports(reports: list[dict], plans: list[list[int]]) -> None:
 
 
 def test_exception_inside_the_lease_releases_the_devices(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="boom"), leases.lease(4, POOL, tmp_path) as devices:
+    with pytest.raises(RuntimeError, match="boom"), _now(4, POOL, tmp_path) as devices:
         assert devices == POOL
         raise RuntimeError("boom")
-    with leases.lease(4, POOL, tmp_path, on_wait=_no_wait) as devices:
+    with _now(4, POOL, tmp_path) as devices:
         assert devices == POOL
     assert all(leases.lock_path(tmp_path, d).read_text() == "" for d in POOL)
 
 
 def test_leases_in_one_process_exclude_each_other(tmp_path: Path) -> None:
-    with leases.lease(3, POOL, tmp_path, on_wait=_no_wait) as first:
+    with _now(3, POOL, tmp_path) as first:
         assert first == ["0", "1", "2"]
-        with leases.lease(1, POOL, tmp_path, on_wait=_no_wait) as second:
+        with _now(1, POOL, tmp_path) as second:
             assert second == ["3"]
-        with pytest.raises(_Waited), leases.lease(2, POOL, tmp_path, on_wait=_no_wait):
+        with pytest.raises(_Waited), _now(2, POOL, tmp_path):
             pass
 
 
@@ -148,14 +154,14 @@ def test_a_waiting_lease_holds_nothing(tmp_path: Path) -> None:
 
     def give_up_on_third_wait() -> None:
         # While this lease waits for "1", "0" and "2" must be free for others.
-        with leases.lease(2, ["0", "2"], tmp_path, on_wait=_no_wait):
+        with _now(2, ["0", "2"], tmp_path):
             pass
         waits.append(1)
         if len(waits) == 3:
             raise _Waited
 
     with (
-        leases.lease(1, ["1"], tmp_path),
+        _now(1, ["1"], tmp_path),
         pytest.raises(_Waited),
         leases.lease(3, ["0", "1", "2"], tmp_path, poll_s=0.001, on_wait=give_up_on_third_wait),
     ):
@@ -165,17 +171,17 @@ def test_a_waiting_lease_holds_nothing(tmp_path: Path) -> None:
 
 def test_zero_devices_touches_no_lock(tmp_path: Path) -> None:
     lock_dir = tmp_path / "locks"
-    with leases.lease(0, POOL, lock_dir) as devices:
+    with _now(0, POOL, lock_dir) as devices:
         assert devices == []
     assert not lock_dir.exists()
 
 
 def test_more_devices_than_the_pool_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"asks for 5 .* only 4"), leases.lease(5, POOL, tmp_path):
+    with pytest.raises(ConfigError, match=r"asks for 5 .* only 4"), _now(5, POOL, tmp_path):
         pass
-    with pytest.raises(ConfigError, match="negative"), leases.lease(-1, POOL, tmp_path):
+    with pytest.raises(ConfigError, match="negative"), _now(-1, POOL, tmp_path):
         pass
-    with pytest.raises(ConfigError, match="twice"), leases.lease(1, ["0", "0"], tmp_path):
+    with pytest.raises(ConfigError, match="twice"), _now(1, ["0", "0"], tmp_path):
         pass
     assert list(tmp_path.iterdir()) == []
 
@@ -183,7 +189,7 @@ def test_more_devices_than_the_pool_is_a_config_error(tmp_path: Path) -> None:
 def test_device_ids_are_sanitized_into_distinct_lock_files(tmp_path: Path) -> None:
     lock_dir = tmp_path / "locks"
     pool = ["a/b", "a_b", "../up", "GPU-1e2f", "a%2Fb"]
-    with leases.lease(len(pool), pool, lock_dir, on_wait=_no_wait) as devices:
+    with _now(len(pool), pool, lock_dir) as devices:
         assert devices == pool  # two ids sharing a lock file would make it wait
     files = sorted(p.name for p in lock_dir.iterdir())
     assert len(files) == len(pool)
@@ -203,9 +209,9 @@ def test_lock_files_of_another_user_are_locked_read_only(
 
     leases.lock_path(tmp_path, "0").touch()
     monkeypatch.setattr(leases.os, "open", open_without_write_permission)
-    with leases.lease(1, ["0"], tmp_path, on_wait=_no_wait) as devices:
+    with _now(1, ["0"], tmp_path) as devices:
         assert devices == ["0"]
-        with pytest.raises(_Waited), leases.lease(1, ["0"], tmp_path, on_wait=_no_wait):
+        with pytest.raises(_Waited), _now(1, ["0"], tmp_path):
             pass
 
 
@@ -218,7 +224,7 @@ def test_unwritable_lock_dir_names_the_file_and_the_variable(
     monkeypatch.setattr(leases.os, "open", deny)
     with (
         pytest.raises(AccelpipeError, match=r"0\.lock.*ACCELPIPE_LOCK_DIR"),
-        leases.lease(1, ["0"], tmp_path),
+        _now(1, ["0"], tmp_path),
     ):
         pass
 
@@ -402,11 +408,11 @@ def test_sigkilled_holder_releases_its_devices(tmp_path: Path) -> None:
         while not ready.wait(0.05):  # no deadline: only fail if the holder died
             assert holder.is_alive(), "the holder process died before leasing"
         assert f"pid={holder.pid} " in leases.lock_path(lock_dir, "0").read_text()
-        with pytest.raises(_Waited), leases.lease(1, pool, lock_dir, on_wait=_no_wait):
+        with pytest.raises(_Waited), _now(1, pool, lock_dir):
             pass
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.join()
     assert holder.exitcode == -signal.SIGKILL
-    with leases.lease(2, pool, lock_dir, on_wait=_no_wait) as devices:
+    with _now(2, pool, lock_dir) as devices:
         assert devices == pool
