@@ -51,6 +51,8 @@ def test_docker_results_equal_local_results(
         assert docker_bytes == local_bytes, name
     prov = json.loads((docker_project.root / TARGET / "provenance.json").read_text())
     assert prov["config"]["runtime"] == "docker"
+    images = {stage["image"] for stage in prov["stages"].values()}
+    assert len(images) == 1 and images.pop().startswith("localhost/accelpipe/cpu-pytorch:")
 
 
 def test_every_stage_ran_in_the_image(docker_project: Project) -> None:

@@ -260,7 +260,11 @@ def run(
 ) -> int:
     """Run `argv` in `image` as the calling user; stream its output; always remove it."""
     options = device_options(backend, devices)
-    environment = {**container_env(env_names), **options.pop("environment", {})}
+    environment = {
+        **container_env(env_names),
+        **options.pop("environment", {}),
+        "ACCELPIPE_IMAGE": image,  # recorded in stage.json / provenance.json
+    }
     container = engine.containers.create(
         image,
         list(argv),

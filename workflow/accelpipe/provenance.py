@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import socket
 import subprocess
@@ -29,6 +30,7 @@ def stage_record(stage: str, started: float, **facts: Any) -> dict[str, Any]:
         "finished": now_iso(),
         "seconds": round(time.perf_counter() - started, 3),
         "host": socket.gethostname(),
+        "image": os.environ.get("ACCELPIPE_IMAGE"),  # set by the docker runtime
         "accelpipe": accelpipe.__version__,
         **facts,
     }
@@ -80,11 +82,7 @@ def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str
         "platform": platform.platform(),
         "packages": package_versions(),
         "stages": {
-            name: {
-                "seconds": s.get("seconds"),
-                "finished": s.get("finished"),
-                "host": s.get("host"),
-            }
+            name: {key: s.get(key) for key in ("seconds", "finished", "host", "image")}
             for name, s in stages.items()
         },
     }
