@@ -72,9 +72,21 @@ def test_outputs_belong_to_the_caller(docker_project: Project) -> None:
             assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), path
 
 
-def _image(project: Project) -> str:
-    return containers.image_ref(
+def _python_in_image(engine, project: Project, code: str, workdir: Path, log: Path | None) -> int:
+    """Run `python3 -c code` in the project's cpu image, as containers.run does for stages."""
+    image = containers.image_ref(
         containers.spec_for("cpu", repo=project.root), "localhost", repo=project.root
+    )
+    return containers.run(
+        engine,
+        image,
+        ["python3", "-c", code],
+        workdir=workdir,
+        mounts=[],
+        backend="cpu",
+        devices=[],
+        env_names=[],
+        log_file=log,
     )
 
 
@@ -85,17 +97,8 @@ def test_container_runs_as_the_calling_uid(
     tmp_path.chmod(0o777)  # a folder uid 4321 may write to
     monkeypatch.setattr(containers.os, "getuid", lambda: 4321)
     monkeypatch.setattr(containers.os, "getgid", lambda: 4322)
-    image = _image(docker_project)
-    code = containers.run(
-        engine,
-        image,
-        ["python3", "-c", "open('made.txt', 'w').write('x')"],
-        workdir=tmp_path,
-        mounts=[],
-        backend="cpu",
-        devices=[],
-        env_names=[],
-        log_file=None,
+    code = _python_in_image(
+        engine, docker_project, "open('made.txt', 'w').write('x')", tmp_path, None
     )
     assert code == 0
     st = (tmp_path / "made.txt").stat()
@@ -105,18 +108,9 @@ def test_container_runs_as_the_calling_uid(
 def test_exit_code_propagates_and_container_is_removed(
     engine, docker_project: Project, tmp_path: Path
 ) -> None:
-    image = _image(docker_project)
     log = tmp_path / "job.log"
-    code = containers.run(
-        engine,
-        image,
-        ["python3", "-c", "import sys; print('out'); sys.exit(3)"],
-        workdir=tmp_path,
-        mounts=[],
-        backend="cpu",
-        devices=[],
-        env_names=[],
-        log_file=log,
+    code = _python_in_image(
+        engine, docker_project, "import sys; print('out'); sys.exit(3)", tmp_path, log
     )
     assert code == 3
     assert "out" in log.read_text()
