@@ -11,9 +11,12 @@ COPY requirements/core.txt requirements/torch-cpu.txt /tmp/requirements/
 COPY docker/wheelhouse/ /tmp/wheelhouse/
 RUN /opt/accelpipe/bin/pip install --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} \
         -r /tmp/requirements/core.txt -r /tmp/requirements/torch-cpu.txt
+# The package becomes a wheel, installed in the runtime stage, so that /opt/accelpipe (the
+# big dependency layer) stays byte-identical and cached when only the package changes.
 COPY pyproject.toml README.md /src/
 COPY workflow/ /src/workflow/
-RUN /opt/accelpipe/bin/pip install --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} /src
+RUN /opt/accelpipe/bin/pip wheel --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} \
+        --wheel-dir /tmp/dist /src
 
 # The runtime stage: no wheelhouse, no build tools, a non-root default user.
 FROM ${BASE_IMAGE}
@@ -21,8 +24,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     VIRTUAL_ENV=/opt/accelpipe \
     PATH=/opt/accelpipe/bin:$PATH \
     MPLCONFIGDIR=/tmp/matplotlib
-COPY --from=build /opt/accelpipe /opt/accelpipe
 RUN useradd --create-home --uid 1000 --user-group accelpipe
+COPY --from=build /opt/accelpipe /opt/accelpipe
+COPY --from=build /tmp/dist/ /tmp/dist/
+RUN pip install --no-deps --no-index --no-cache-dir /tmp/dist/*.whl && rm -rf /tmp/dist
 USER accelpipe
 WORKDIR /home/accelpipe
 CMD ["accelpipe", "--help"]

@@ -254,8 +254,8 @@ def run_commands(stage: Stage) -> list[str]:
     return commands
 
 
-def pip_installs(command: str) -> list[list[str]]:
-    """The arguments after `pip install` of every pip command in a shell command."""
+def pip_installs(command: str, verb: str = "install") -> list[list[str]]:
+    """The arguments after `pip <verb>` (install, wheel) of every pip command in a shell command."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     segments: list[list[str]] = [[]]
@@ -267,7 +267,7 @@ def pip_installs(command: str) -> list[list[str]]:
     found = []
     for words in segments:
         for i, word in enumerate(words[:-1]):
-            if re.fullmatch(r"(.*/)?pip3?", word) and words[i + 1] == "install":
+            if re.fullmatch(r"(.*/)?pip3?", word) and words[i + 1] == verb:
                 found.append(words[i + 2 :])
     return found
 
@@ -558,7 +558,13 @@ def test_package_is_copied_into_src_and_installed(name: str) -> None:
     assert copied.get(PurePosixPath("/src/pyproject.toml")) == "pyproject.toml"
     assert copied.get(PurePosixPath("/src/workflow")) == "workflow"
     installs = [args for s in df.stages for args in stage_pip_installs(df, s)]
-    assert any(arg.rstrip("/") == "/src" for args in installs for arg in args)
+    if any(arg.rstrip("/") == "/src" for args in installs for arg in args):
+        return
+    # or built into a wheel that the final stage installs (keeps the dependency layer cached)
+    wheels = [args for s in df.stages for c in run_commands(s) for args in pip_installs(c, "wheel")]
+    assert any(arg.rstrip("/") == "/src" for args in wheels for arg in args)
+    final_installs = stage_pip_installs(df, df.stages[-1])
+    assert any(arg.endswith(".whl") for args in final_installs for arg in args)
 
 
 CORE_FILES = {"requirements/core.txt", "requirements/core-py310.txt"}
