@@ -101,9 +101,16 @@ def image_input(wildcards):
     return [IMAGE_MARKER] if RUNTIME == "docker" else []
 
 
-def accel_count(wildcards):
-    """Accelerators a train or evaluate job leases (resources: accel)."""
-    return 0 if config["backend"] == "cpu" else config["accelerators"]["per_job"]
+def train_accelerators(wildcards):
+    """Accelerators a train job leases (resources: accel): one per process on this node."""
+    if config["backend"] == "cpu":
+        return 0
+    return config[wildcards.workload]["train"]["devices"]
+
+
+def evaluate_accelerators(wildcards):
+    """Evaluation runs in one process on one accelerator."""
+    return 0 if config["backend"] == "cpu" else 1
 
 
 def image_build_options(wildcards):

@@ -14,7 +14,7 @@ rule evaluate:
         CONTAINER
     threads: 2
     resources:
-        accel=accel_count,
+        accel=evaluate_accelerators,
     params:
         runtime=runtime_config,
         cfg=evaluate_config,

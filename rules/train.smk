@@ -13,7 +13,7 @@ rule train:
         CONTAINER
     threads: 4
     resources:
-        accel=accel_count,
+        accel=train_accelerators,
         mem_mb=8000,
         runtime=600,
     params:

@@ -168,10 +168,12 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
             body = body[:cut]
-        self.end_headers()
-        self.wfile.write(body)
+        # Record before writing: the client may finish reading, and the test assert on the
+        # log, before this thread runs another line after the write.
         self.record.status = status
         self.record.body_bytes = len(body)
+        self.end_headers()
+        self.wfile.write(body)
 
 
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | str | None:

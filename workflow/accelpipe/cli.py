@@ -8,20 +8,26 @@ User-fixable problems exit with status 2 and one line naming the file or key.
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
+import signal
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from accelpipe import containers, datasets, leases, provenance, workloads
-from accelpipe.config import load_slice
-from accelpipe.errors import AccelpipeError
+from accelpipe import containers, datasets, distributed, leases, provenance, workloads
+from accelpipe.config import TrainConfig, load_slice, view
+from accelpipe.errors import AccelpipeError, ConfigError
 from accelpipe.io import atomic_path, write_json
 
 Handler = Callable[[argparse.Namespace], None]
@@ -57,10 +63,15 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def _resume_dir(out: Path, args: argparse.Namespace) -> Path:
     """Progress lives beside the output, keyed by everything that defines the run.
 
-    A changed config or dataset gets a fresh directory instead of resuming a stale run.
+    A changed config or dataset gets a fresh directory instead of resuming a stale run. The
+    number of processes (train.devices, train.nodes) is not part of the key: checkpoints load
+    into any world size, so a job may resume on fewer or more devices.
     """
+    cfg = load_slice(args.config_json)
+    if isinstance(cfg.get("train"), dict):
+        cfg["train"] = {k: v for k, v in cfg["train"].items() if k not in ("devices", "nodes")}
     key = hashlib.sha256()
-    key.update(args.config_json.encode())
+    key.update(json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode())
     key.update(args.run.encode())
     for name in ("config.json", "folds.json"):
         path = Path(args.prepared) / name
@@ -79,15 +90,106 @@ def _limit_threads(threads: int) -> None:
     torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))
 
 
+# Wall-clock start of a launched stage, so its workers count the stage's seconds from there.
+_LAUNCHED_AT = "ACCELPIPE_LAUNCHED_AT"
+
+
+def train_worker_argv(args: argparse.Namespace) -> list[str]:
+    """The train stage's own arguments, as the launched processes get them.
+
+    Global options stay with the launching process: it holds the accelerator lease (--accel)
+    and the log (--log), and the workers run where it runs (--runtime). Keep in step with the
+    train parser in `build_parser`.
+    """
+    return [
+        "train",
+        *("--workload", args.workload, "--run", args.run, "--prepared", args.prepared),
+        *("--config-json", args.config_json, "--out", args.out, "--threads", str(args.threads)),
+    ]
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """Turn SIGTERM (a cancelled job) into SystemExit, so `finally` blocks stop our children."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_workers(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the launcher, relaying every rank's output to our log; return its exit status."""
+    workers_log = logging.getLogger("accelpipe.workers")
+    tail: collections.deque[str] = collections.deque(maxlen=30)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        with _sigterm_exits():
+            for line in proc.stdout:
+                tail.append(line.rstrip())
+                workers_log.info("%s", tail[-1])
+            code = proc.wait()
+    finally:
+        if proc.poll() is None:  # interrupted: torchrun passes SIGTERM on to the ranks
+            proc.terminate()
+            proc.wait()
+    if code:
+        log.error("training processes failed (status %d); last output:\n%s", code, "\n".join(tail))
+    return code
+
+
+def _launch_train(args: argparse.Namespace, cfg: TrainConfig) -> None:
+    """Start `devices * nodes` training processes running this stage; exit with their status."""
+    world = cfg.devices * cfg.nodes
+    distributed.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
+    if 0 < args.accel < cfg.devices:  # one leased device per process on this node
+        raise ConfigError(
+            f"config key '{args.workload}.train.devices': {cfg.devices} processes per node, but "
+            f"the job leased {args.accel} accelerators"
+        )
+    under_slurm = "SLURM_JOB_ID" in os.environ
+    cmd = distributed.launch_command(cfg.devices, cfg.nodes, train_worker_argv(args), under_slurm)
+    env = dict(os.environ)
+    env[_LAUNCHED_AT] = repr(time.time())
+    # torchrun would set 1 (with a warning); each rank sets its share in `cmd_train` anyway.
+    env.setdefault("OMP_NUM_THREADS", str(max(1, args.threads // cfg.devices)))
+    log.info("training on %d processes: %s", world, shlex.join(cmd))
+    code = _run_workers(cmd, env)
+    if code:
+        raise SystemExit(code)
+
+
+def _stage_started() -> float:
+    """perf_counter() origin of the stage: the launch, for a launched worker."""
+    launched = os.environ.get(_LAUNCHED_AT)
+    elapsed = time.time() - float(launched) if launched else 0.0
+    return time.perf_counter() - max(elapsed, 0.0)
+
+
 def cmd_train(args: argparse.Namespace) -> None:
-    started = time.perf_counter()
-    _limit_threads(args.threads)
+    """Train in this process, or start torchrun workers that each run this function.
+
+    In the workers rank 0 finishes the stage (stage.json, renaming the work dir onto --out).
+    """
+    started = _stage_started()
+    cfg = _slice(args)
+    train_cfg = view(TrainConfig, cfg.get("train", {}))
+    if train_cfg.devices * train_cfg.nodes > 1 and not distributed.in_worker():
+        _launch_train(args, train_cfg)
+        return
+    # The node's CPUs are shared by its ranks.
+    _limit_threads(max(1, args.threads // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     out = Path(args.out)
     work_dir = _resume_dir(out, args)
     work_dir.mkdir(parents=True, exist_ok=True)
-    facts = workloads.get(args.workload).train(
-        Path(args.prepared), args.run, _slice(args), work_dir
-    )
+    facts = workloads.get(args.workload).train(Path(args.prepared), args.run, cfg, work_dir)
+    if facts is None:  # a rank other than 0: rank 0 finishes the stage
+        return
     (work_dir / "checkpoint.pt").unlink(missing_ok=True)
     _write_stage(work_dir, "train", started, workload=args.workload, run=args.run, **facts)
     if out.exists():

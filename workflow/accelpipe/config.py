@@ -166,3 +166,5 @@ class TrainConfig:
     augment: bool = True
     loader_workers: int = 2
     log_every: int = 1
+    devices: int = 1  # processes per node
+    nodes: int = 1

@@ -92,8 +92,13 @@ class Device:
         return activities
 
 
-def resolve(backend: str, precision: str = "auto", channels_last: bool = False) -> Device:
-    """Check the backend's runtime is present and return its Device."""
+def resolve(
+    backend: str, precision: str = "auto", channels_last: bool = False, index: int = 0
+) -> Device:
+    """Check the backend's runtime is present and return its Device.
+
+    `index` picks the device of a multi-device job (one process per device: its LOCAL_RANK).
+    """
     if backend not in BACKENDS:
         raise ConfigError(
             f"config key 'backend': unknown backend {backend!r} ({', '.join(BACKENDS)})"
@@ -103,10 +108,11 @@ def resolve(backend: str, precision: str = "auto", channels_last: bool = False) 
     if precision not in _DTYPES:
         raise ConfigError(f"config key 'precision': unknown precision {precision!r}")
     resolver = {"cpu": _cpu, "cuda": _cuda, "rocm": _rocm, "gaudi": _gaudi}[backend]
-    return resolver(precision, channels_last)
+    return resolver(precision, channels_last, index)
 
 
-def _cpu(precision: str, channels_last: bool) -> Device:
+def _cpu(precision: str, channels_last: bool, index: int = 0) -> Device:
+    # One CPU device however many processes share it.
     name = f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
     return Device("cpu", torch.device("cpu"), name, precision, channels_last)
 
@@ -124,20 +130,33 @@ def _require_gpu(backend: str, build_has_it: bool, stack: str) -> None:
         )
 
 
-def _cuda(precision: str, channels_last: bool) -> Device:
+def _require_index(backend: str, index: int) -> None:
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise BackendUnavailableError(
+            f"backend '{backend}': process {index} of a multi-device job needs device {index} "
+            f"but {count} are visible (check the visibility variables and accelerators.pool)"
+        )
+
+
+def _cuda(precision: str, channels_last: bool, index: int = 0) -> Device:
     _require_gpu("cuda", torch.version.cuda is not None, "CUDA")
-    name = torch.cuda.get_device_name(0)
-    return Device("cuda", torch.device("cuda", 0), name, precision, channels_last)
+    _require_index("cuda", index)
+    name = torch.cuda.get_device_name(index)
+    return Device("cuda", torch.device("cuda", index), name, precision, channels_last)
 
 
-def _rocm(precision: str, channels_last: bool) -> Device:
+def _rocm(precision: str, channels_last: bool, index: int = 0) -> Device:
     # ROCm builds of PyTorch expose HIP devices through the torch.cuda API.
     _require_gpu("rocm", getattr(torch.version, "hip", None) is not None, "ROCm/HIP")
-    name = torch.cuda.get_device_name(0)
-    return Device("rocm", torch.device("cuda", 0), name, precision, channels_last)
+    _require_index("rocm", index)
+    name = torch.cuda.get_device_name(index)
+    return Device("rocm", torch.device("cuda", index), name, precision, channels_last)
 
 
-def _gaudi(precision: str, channels_last: bool) -> Device:
+def _gaudi(precision: str, channels_last: bool, index: int = 0) -> Device:
+    # Each process opens the one device "hpu"; the Habana runtime gives each process its own
+    # module, so `index` is not needed here.
     os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
     try:
         import habana_frameworks.torch.core as htcore

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
+import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from accelpipe.config import ProfileConfig, ProfileSchedule, TrainConfig
 from accelpipe.devices import resolve
+from accelpipe.distributed import DistContext, init_from_env
 from accelpipe.engines.torch_trainer import CHECKPOINT, SECTIONS, Trainer, TrainJob, seed_everything
 
 STEPS = 4
@@ -90,3 +96,182 @@ def test_profiled_run_writes_a_trace_with_every_section(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert all(float(r["samples_per_s"]) > 0 and float(r["loss"]) > 0 for r in rows)
     assert float(rows[0]["lr"]) > float(rows[-1]["lr"])  # cosine decays
+
+
+# -- data-parallel: real 2-process gloo runs on CPU ---------------------------------------------
+#
+# A Trainer in each of 2 spawned processes, with the env torchrun would give them; every rank
+# trains on its contiguous half of `_batches`' global batch of 8, compared with one process on
+# the whole batch.
+#
+# Tolerance. Each rank's loss is the mean over its half, so the mean of the two is the global
+# batch's mean loss; DDP averages the two half-batch mean gradients, which IS the full-batch
+# mean gradient. The runs differ only in float32 summation order (two half sums plus the
+# all-reduce against one sum; 1 against 2 intra-op threads): ~1e-7 relative per step. Measured
+# over the 8 AdamW steps here: losses 1.4e-7 relative, weights and gradients 3e-8 absolute.
+# RTOL = 1e-4 leaves ~700x margin for other CPUs' kernels, yet is far below real faults: both
+# ranks on the same half puts every step out of tolerance (up to 11% off here). AdamW hides a
+# wrong gradient scale from losses and weights (its update is scale-free), so the last step's
+# gradients are compared too: a sum instead of a mean is 100% off there.
+
+GLOBAL_BATCH = 8
+RTOL = 1e-4
+ATOL_WEIGHTS = 1e-6  # weights and gradients pass near zero, where rtol means nothing
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _shard(rank: int, world: int) -> Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]]:
+    n = GLOBAL_BATCH // world
+    part = slice(rank * n, (rank + 1) * n)
+    return lambda epoch: [(x[part], y[part]) for x, y in _batches(epoch)]
+
+
+def _dp_trainer(
+    work: Path, epochs: int, dist: DistContext, losses: list[float], profile: bool = False
+) -> Trainer:
+    """`_trainer`'s problem on `dist`'s shard; `losses` collects this rank's per-step losses."""
+    seed_everything(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(logits, target)
+        losses.append(loss.item())
+        return loss
+
+    cfg = TrainConfig(epochs=epochs, lr=0.01, scheduler="cosine")
+    job = TrainJob(model, loss_fn, _shard(dist.rank, dist.world_size), STEPS)
+    sched = ProfileSchedule(wait=1, warmup=1, active=2, repeat=1)
+    prof = ProfileConfig(enabled=profile, schedule=sched)
+    return Trainer(job, resolve("cpu"), cfg, prof, work, dist=dist)
+
+
+def _outcome(trainer: Trainer, losses: list[float], resumed: bool = False) -> dict[str, Any]:
+    return {
+        "losses": losses,
+        "state": trainer.model.state_dict(),
+        # The last step's gradients after DDP's all-reduce: what the optimizer stepped with.
+        "grads": [p.grad.clone() for p in trainer.model.parameters()],
+        "resumed": resumed,
+    }
+
+
+def _rank_main(rank: int, world: int, port: int, plan: dict[str, Any]) -> None:
+    """One spawned rank: resume if there is a checkpoint, fit, save what the test compares."""
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)  # 2 ranks on 2 cores
+    ctx = init_from_env(resolve("cpu"))
+    try:
+        losses: list[float] = []
+        work = Path(plan["work"].format(rank=rank))
+        trainer = _dp_trainer(work, plan["epochs"], ctx, losses, plan.get("profile", False))
+        resumed = trainer.resume()
+        with contextlib.suppress(_Killed):
+            trainer.fit(on_epoch_end=_kill_after_first_epoch if plan.get("kill") else None)
+        torch.save(_outcome(trainer, losses, resumed), Path(plan["out"]) / f"rank{rank}.pt")
+    finally:
+        ctx.destroy()
+
+
+def _spawn(world: int, out: Path, work: Path | str, epochs: int, **plan: Any) -> list[dict]:
+    """Run `_rank_main` on `world` processes; `work` may name each rank's dir with {rank}."""
+    out.mkdir(parents=True, exist_ok=True)
+    plan |= {"work": str(work), "epochs": epochs, "out": str(out)}
+    torch.multiprocessing.spawn(_rank_main, args=(world, _free_port(), plan), nprocs=world)
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+def _one_process(work: Path, epochs: int = 2) -> dict[str, Any]:
+    losses: list[float] = []
+    trainer = _dp_trainer(work, epochs, DistContext(), losses)
+    trainer.fit()
+    return _outcome(trainer, losses)
+
+
+def _global_losses(ranks: list[dict[str, Any]]) -> list[float]:
+    return [sum(step) / len(step) for step in zip(*(r["losses"] for r in ranks), strict=True)]
+
+
+def _assert_trajectory(losses: list[float], expected: list[float]) -> None:
+    assert len(losses) == len(expected)
+    torch.testing.assert_close(
+        torch.tensor(losses, dtype=torch.float64),
+        torch.tensor(expected, dtype=torch.float64),
+        rtol=RTOL,
+        atol=0,
+    )
+
+
+def _assert_same_tensors(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, rtol=RTOL, atol=ATOL_WEIGHTS)
+
+
+def _assert_same_model(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert list(a["state"]) == list(b["state"])  # the bare model's keys: no DDP "module."
+    _assert_same_tensors(list(a["state"].values()), list(b["state"].values()))
+
+
+def _logged_losses(work: Path) -> list[float]:
+    with (work / "train_log.csv").open() as f:
+        return [float(r["loss"]) for r in csv.DictReader(f)]
+
+
+def test_two_processes_follow_the_one_process_loss_trajectory(tmp_path: Path) -> None:
+    one = _one_process(tmp_path / "one")
+    two = _spawn(2, tmp_path / "results", tmp_path / "two-rank{rank}", epochs=2, profile=True)
+
+    assert two[0]["losses"] != two[1]["losses"]  # the ranks really trained on different halves
+    _assert_trajectory(_global_losses(two), one["losses"])
+    for rank in two:
+        _assert_same_model(rank, one)
+        _assert_same_tensors(rank["grads"], one["grads"])
+
+    # Only rank 0 wrote: the log (of the loss averaged over ranks), the checkpoint, the trace.
+    rank0 = tmp_path / "two-rank0"
+    assert not (tmp_path / "two-rank1").exists()
+    assert (rank0 / CHECKPOINT).exists() and len(list((rank0 / "traces").glob("*.json.gz"))) == 1
+    assert _log_steps(rank0) == list(range(1, 2 * STEPS + 1))
+    for logged, expected in zip(_logged_losses(rank0), one["losses"], strict=True):
+        assert logged == pytest.approx(expected, rel=RTOL, abs=1e-6)  # the log keeps 6 decimals
+
+
+def test_checkpoint_from_two_processes_resumes_in_one(tmp_path: Path) -> None:
+    straight = _one_process(tmp_path / "straight")
+    work = tmp_path / "work"
+    first = _spawn(2, tmp_path / "results", work, epochs=2, kill=True)
+    _assert_trajectory(_global_losses(first), straight["losses"][:STEPS])
+
+    losses: list[float] = []
+    second = _dp_trainer(work, 2, DistContext(), losses)
+    assert second.resume() and second.epoch == 1 and second.step == STEPS
+    second.fit()
+    _assert_trajectory(losses, straight["losses"][STEPS:])
+    _assert_same_model(_outcome(second, losses), straight)
+    assert _log_steps(work) == list(range(1, 2 * STEPS + 1))
+
+
+def test_checkpoint_from_one_process_resumes_in_two(tmp_path: Path) -> None:
+    straight = _one_process(tmp_path / "straight")
+    work = tmp_path / "work"
+    with pytest.raises(_Killed):
+        _dp_trainer(work, 2, DistContext(), []).fit(on_epoch_end=_kill_after_first_epoch)
+
+    second = _spawn(2, tmp_path / "results", work, epochs=2)
+    assert all(rank["resumed"] for rank in second)
+    _assert_trajectory(_global_losses(second), straight["losses"][STEPS:])
+    for rank in second:
+        _assert_same_model(rank, straight)
+    # One row per step: rank 1 neither appended to nor truncated rank 0's log.
+    assert _log_steps(work) == list(range(1, 2 * STEPS + 1))

@@ -16,8 +16,13 @@ memory stays bounded whatever the dataset size. Typical use::
         for image, label in loader: ...  # image float32 (B, C, H, W), label uint8 (B, 1, H, W)
 
 Labels are uint8 (4x less to pin and copy than int64); call `.long()` on the device for the
-loss. Batches are deterministic per (seed, epoch, worker id); give each distributed rank its own
-`seed`.
+loss. Batches are deterministic per (seed, epoch, worker id).
+
+Data-parallel training: `batch_size` is the GLOBAL batch and rank `r` of `world_size` gets the
+r-th contiguous `batch_size // world_size` slices of it. Every rank draws the same global block
+(same seed), so without augmentation the ranks' batches of a step are exactly the single
+process's batch, split. Augmentation draws per rank (each rank augments only its own slices, so
+the loader's cost does not grow with the world size).
 """
 
 from __future__ import annotations
@@ -43,7 +48,10 @@ def _open(path: Path) -> np.ndarray:
 
 
 class SliceBatches(IterableDataset):
-    """Yields `steps` (image, label) batches in total, split across DataLoader workers."""
+    """Yields `steps` (image, label) batches in total, split across DataLoader workers.
+
+    Each batch is this rank's `batch_size // world_size` slices of the global batch.
+    """
 
     def __init__(
         self,
@@ -55,6 +63,8 @@ class SliceBatches(IterableDataset):
         oversampling: float = 0.33,
         augment: bool = True,
         seed: int = 1,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         super().__init__()
         if batch_size < 1 or steps < 0 or not 0.0 <= oversampling <= 1.0 or not cases:
@@ -63,9 +73,16 @@ class SliceBatches(IterableDataset):
                 f"[0, 1]; got {len(cases)} cases, batch_size={batch_size}, steps={steps}, "
                 f"oversampling={oversampling}"
             )
+        if not 0 <= rank < world_size or batch_size % world_size:
+            raise DataError(
+                f"SliceBatches: rank {rank} of world_size {world_size} with a global batch of "
+                f"{batch_size}: need 0 <= rank < world_size dividing the batch"
+            )
         self.data_dir = Path(data_dir)
         self.cases = list(cases)
         self.batch_size, self.steps = batch_size, steps
+        self.rank, self.world_size = rank, world_size
+        self.local_batch = batch_size // world_size
         self.oversampling, self.augment, self.seed = oversampling, augment, seed
         self.epoch = 0
         self.depths: list[int] = []
@@ -109,12 +126,20 @@ class SliceBatches(IterableDataset):
             start = int(rng.integers(0, depth - b + 1))
         return ci, slice(start, start + b)
 
+    def shard(self, sel: slice | np.ndarray) -> slice | np.ndarray:
+        """This rank's contiguous part of a global selection."""
+        lo = self.rank * self.local_batch
+        if isinstance(sel, slice):
+            return slice(sel.start + lo, sel.start + lo + self.local_batch)
+        return sel[lo : lo + self.local_batch]
+
     def load(self, ci: int, sel: slice | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Copy the selected slices of case `ci` into (B, C, H, W) / (B, 1, H, W) tensors."""
         xp, yp = self._paths(self.cases[ci])
         x, y = _open(xp), _open(yp)
-        image = np.empty((self.batch_size, x.shape[0], *x.shape[2:]), dtype=np.float32)
-        label = np.empty((self.batch_size, 1, *y.shape[2:]), dtype=np.uint8)
+        n = sel.stop - sel.start if isinstance(sel, slice) else len(sel)
+        image = np.empty((n, x.shape[0], *x.shape[2:]), dtype=np.float32)
+        label = np.empty((n, 1, *y.shape[2:]), dtype=np.uint8)
         image[:] = x[:, sel].transpose(1, 0, 2, 3)  # one copy, straight from the page cache
         label[:] = y[:, sel].transpose(1, 0, 2, 3)
         return torch.from_numpy(image), torch.from_numpy(label)
@@ -123,11 +148,12 @@ class SliceBatches(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         n = self.steps // nw + (1 if wid < self.steps % nw else 0)
-        rng = np.random.default_rng([self.seed, self.epoch, wid])
-        gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        rng = np.random.default_rng([self.seed, self.epoch, wid])  # the same on every rank
+        gen = torch.Generator().manual_seed(int(rng.integers(2**62)) + self.rank)
         augment = BatchAugment() if self.augment else None
         for _ in range(n):
-            image, label = self.load(*self.sample(rng))
+            ci, sel = self.sample(rng)
+            image, label = self.load(ci, self.shard(sel))
             if augment is not None:
                 image, label = augment(image, label, gen)
             yield image, label

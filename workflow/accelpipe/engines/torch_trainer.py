@@ -4,6 +4,11 @@ A workload supplies the model, the loss and a per-epoch batch iterator; this
 module owns the rest: device placement, autocast, Gaudi mark_step, the profiler
 sections, per-step logging, and epoch checkpoints that let a killed job resume.
 
+With a `DistContext` of several processes the model trains data-parallel (DDP): each rank
+feeds its shard of the global batch, gradients are averaged, and only rank 0 writes the log
+(losses averaged over ranks), traces and checkpoints. Checkpoints hold the bare model's state
+dict, so a job may resume with a different number of processes.
+
 Everything is written into a *work* directory that lives outside the rule's
 declared outputs; `finalize` renames it onto the output only once training is
 complete, so a partial run never looks finished.
@@ -17,16 +22,18 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe.config import ProfileConfig, TrainConfig
 from accelpipe.devices import Device
+from accelpipe.distributed import DistContext
 
 LOG_FIELDS = ("epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms")
 CHECKPOINT = "checkpoint.pt"
@@ -44,8 +51,10 @@ class TrainJob:
 
     model: torch.nn.Module
     loss_fn: Callable[[Any, torch.Tensor], torch.Tensor]
-    batches: Callable[[int], Iterable[Batch]]  # epoch -> that epoch's batches
+    batches: Callable[[int], Iterable[Batch]]  # epoch -> that epoch's batches (this rank's shard)
     steps_per_epoch: int
+    # DDP must be told when some parameters get no gradient in a step (it costs a graph walk).
+    find_unused_parameters: bool = False
 
 
 def seed_everything(seed: int) -> None:
@@ -66,7 +75,11 @@ def make_scheduler(
 
 
 class Trainer:
-    """Runs `TrainJob` for `cfg.epochs`, resuming from `work_dir/checkpoint.pt` if present."""
+    """Runs `TrainJob` for `cfg.epochs`, resuming from `work_dir/checkpoint.pt` if present.
+
+    `model` is the bare model (what checkpoints and callers see); `replica` is what runs the
+    steps: the DDP wrapper around `model` when `dist` has several processes, else `model`.
+    """
 
     def __init__(
         self,
@@ -75,18 +88,37 @@ class Trainer:
         cfg: TrainConfig,
         profile: ProfileConfig,
         work_dir: Path,
+        dist: DistContext | None = None,
     ) -> None:
         self.job, self.device, self.cfg, self.profile = job, device, cfg, profile
+        self.dist = dist if dist is not None else DistContext()
         self.work_dir = work_dir
         self.trace_dir = work_dir / "traces"
         self.model = device.prepare_model(job.model)
+        self.replica = self._replicate(self.model)
         self.optimizer = device.adamw(self.model.parameters(), cfg.lr, cfg.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, cfg, cfg.epochs * job.steps_per_epoch)
         self.epoch = 0
         self.step = 0
 
+    def _replicate(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.dist.world_size == 1:
+            return model
+        gpu = self.device.torch_device.type == "cuda"
+        return DistributedDataParallel(
+            model,
+            device_ids=[self.device.torch_device] if gpu else None,
+            find_unused_parameters=self.job.find_unused_parameters,
+        )
+
     # -- checkpoints ---------------------------------------------------------
     def _save_checkpoint(self) -> None:
+        """Rank 0 writes; every rank then waits, so none runs ahead of an unwritten checkpoint."""
+        if self.dist.is_main:
+            self._write_checkpoint()
+        self.dist.barrier()
+
+    def _write_checkpoint(self) -> None:
         state = {
             "epoch": self.epoch,
             "step": self.step,
@@ -110,40 +142,55 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         torch.random.set_rng_state(state["torch_rng"])
         self.epoch, self.step = state["epoch"], state["step"]
-        _truncate_log(self.work_dir / "train_log.csv", self.step)
+        if self.dist.is_main:
+            _truncate_log(self.work_dir / "train_log.csv", self.step)
         return True
 
     # -- the loop ------------------------------------------------------------
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.work_dir / "train_log.csv"
-        new_log = not log_path.exists()
-        with log_path.open("a", newline="") as log_file, self._profiler() as prof:
-            writer = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
-            if new_log:
-                writer.writeheader()
+        with self._open_log() as log_file, self._profiler() as prof:
+            writer = None if log_file is None else csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
             while self.epoch < self.cfg.epochs:
                 started = time.perf_counter()
                 mean_loss, samples = self._run_epoch(writer, prof)
-                log_file.flush()
                 self.epoch += 1
-                rate = samples / (time.perf_counter() - started)
-                log.info(
-                    "epoch %d/%d: mean logged loss %.4f, %.1f samples/s",
-                    self.epoch,
-                    self.cfg.epochs,
-                    mean_loss,
-                    rate,
-                )
+                if log_file is not None:
+                    log_file.flush()
+                    rate = samples / (time.perf_counter() - started)
+                    log.info(
+                        "epoch %d/%d: mean logged loss %.4f, %.1f samples/s",
+                        self.epoch,
+                        self.cfg.epochs,
+                        mean_loss,
+                        rate,
+                    )
                 self._save_checkpoint()
                 if on_epoch_end is not None:
                     on_epoch_end(self.epoch)
 
+    @contextlib.contextmanager
+    def _open_log(self) -> Iterator[TextIO | None]:
+        """train_log.csv for appending on rank 0 (header if new); None on the other ranks."""
+        if not self.dist.is_main:
+            yield None
+            return
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        path = self.work_dir / "train_log.csv"
+        new_log = not path.exists()
+        with path.open("a", newline="") as log_file:
+            if new_log:
+                csv.DictWriter(log_file, fieldnames=LOG_FIELDS).writeheader()
+            yield log_file
+
     def _run_epoch(
-        self, writer: csv.DictWriter, prof: torch.profiler.profile | None
+        self, writer: csv.DictWriter | None, prof: torch.profiler.profile | None
     ) -> tuple[float, int]:
-        """One epoch; returns the mean of the logged losses and the number of samples."""
-        self.model.train()
+        """One epoch; returns the mean of the logged losses and the number of samples.
+
+        Samples count the global batch (all ranks); logged losses are the mean over ranks.
+        """
+        self.replica.train()
+        world = self.dist.world_size
         batches = iter(self.job.batches(self.epoch))
         losses: list[float] = []
         samples = 0
@@ -156,24 +203,27 @@ class Trainer:
             waited = time.perf_counter() - started
             loss = self._train_step(image, label)
             self.step += 1
-            samples += image.shape[0]
+            samples += image.shape[0] * world
             if self.step % self.cfg.log_every == 0:
-                loss_value = loss.item()  # syncs the device: only on logged steps
+                # Every rank takes part (a collective) and so every rank sees the same value:
+                # a non-finite loss stops all of them together. Syncs: only on logged steps.
+                loss_value = self.dist.all_reduce_mean(loss).item()
                 if not math.isfinite(loss_value):
                     raise FloatingPointError(f"loss is {loss_value} at step {self.step}")
                 losses.append(loss_value)
-                elapsed = time.perf_counter() - started
-                writer.writerow(
-                    {
-                        "epoch": self.epoch,
-                        "step": self.step,
-                        "loss": f"{loss_value:.6f}",
-                        "lr": f"{self.scheduler.get_last_lr()[0]:.6g}",
-                        "samples_per_s": f"{image.shape[0] / elapsed:.2f}",
-                        "data_wait_ms": f"{waited * 1e3:.3f}",
-                        "step_ms": f"{elapsed * 1e3:.3f}",
-                    }
-                )
+                if writer is not None:
+                    elapsed = time.perf_counter() - started
+                    writer.writerow(
+                        {
+                            "epoch": self.epoch,
+                            "step": self.step,
+                            "loss": f"{loss_value:.6f}",
+                            "lr": f"{self.scheduler.get_last_lr()[0]:.6g}",
+                            "samples_per_s": f"{image.shape[0] * world / elapsed:.2f}",
+                            "data_wait_ms": f"{waited * 1e3:.3f}",
+                            "step_ms": f"{elapsed * 1e3:.3f}",
+                        }
+                    )
             if prof is not None:
                 prof.step()
         return (sum(losses) / len(losses) if losses else float("nan")), samples
@@ -182,7 +232,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.device.autocast():
             with torch.profiler.record_function("forward"):
-                preds = self.model(image)
+                preds = self.replica(image)
             with torch.profiler.record_function("loss"):
                 loss = self.job.loss_fn(preds, label)
         with torch.profiler.record_function("backward"):
@@ -195,7 +245,7 @@ class Trainer:
         return loss.detach()
 
     def _profiler(self) -> Any:
-        if not self.profile.enabled:
+        if not self.profile.enabled or not self.dist.is_main:  # one rank's trace is the sample
             return contextlib.nullcontext()
         s = self.profile.schedule
         self.trace_dir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,11 @@
 """nnU-Net 2D on BraTS (MSD Task01): DynUNet2D, Dice+CE with deep supervision, Dice per label.
 
 Runs are folds: `fold0` .. `fold<k-1>` of the 5-fold split written by prepare.
+
+Training may span several processes (started by torchrun, see `accelpipe.distributed`): each
+rank loads its shard of the global batch and rank 0 writes the outputs. The Dice term is a batch
+Dice over each rank's shard, as in the reference's multi-GPU runs, so a run on N processes
+follows, but does not equal, the one-process run. Evaluation stays one process.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from accelpipe import devices
+from accelpipe import devices, distributed
 from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.datasets.slices import SliceBatches
 from accelpipe.engines.torch_trainer import Trainer, TrainJob, seed_everything
@@ -52,13 +57,35 @@ def build_model(model_cfg: dict[str, Any], data_cfg: dict[str, Any]) -> DynUNet2
     )
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
-    """Train one fold into `work_dir` (resuming if it holds a checkpoint); return run facts."""
+def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
+    """Train one fold into `work_dir` (resuming if it holds a checkpoint).
+
+    Returns the run facts on rank 0 (the only rank that writes), None on the other ranks.
+    """
+    train_cfg = view(TrainConfig, cfg["train"])
+    device = devices.resolve(
+        cfg["backend"], train_cfg.precision, train_cfg.channels_last, distributed.local_rank()
+    )
+    ctx = distributed.init_from_env(device)
+    try:
+        return _train(prepared, run, cfg, train_cfg, work_dir, device, ctx)
+    finally:
+        ctx.destroy()
+
+
+def _train(
+    prepared: Path,
+    run: str,
+    cfg: dict[str, Any],
+    train_cfg: TrainConfig,
+    work_dir: Path,
+    device: devices.Device,
+    ctx: distributed.DistContext,
+) -> dict[str, Any] | None:
     data_cfg = read_json(prepared / "config.json")
     cases = split(prepared, run)["train"]
-    train_cfg = view(TrainConfig, cfg["train"])
-    device = devices.resolve(cfg["backend"], train_cfg.precision, train_cfg.channels_last)
-    seed_everything(train_cfg.seed)
+    distributed.check_global_batch(train_cfg.batch_size, ctx.world_size)
+    seed_everything(train_cfg.seed)  # the same on every rank: same init, same global batches
     model = build_model(cfg["model"], data_cfg)
     steps = train_cfg.steps_per_epoch or len(cases)
 
@@ -72,6 +99,8 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             oversampling=train_cfg.oversampling,
             augment=train_cfg.augment,
             seed=train_cfg.seed * 100_003 + epoch,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
         )
         return torch.utils.data.DataLoader(
             dataset,
@@ -80,10 +109,14 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             pin_memory=device.backend != "cpu",
         )
 
+    # Every parameter gets a gradient in training (the deep-supervision heads feed the loss).
     job = TrainJob(model, DeepSupervisionLoss(DiceCELoss()), batches, steps)
-    trainer = Trainer(job, device, train_cfg, ProfileConfig.from_slice(cfg["profile"]), work_dir)
+    profile = ProfileConfig.from_slice(cfg["profile"])
+    trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx)
     resumed_from = trainer.step if trainer.resume() else None
     trainer.fit()
+    if not ctx.is_main:
+        return None
     torch.save(
         {
             "state_dict": trainer.model.state_dict(),
@@ -100,6 +133,8 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
         "steps": trainer.step,
         "resumed_from_step": resumed_from,
         "train_cases": len(cases),
+        "world_size": ctx.world_size,
+        "global_batch": train_cfg.batch_size,
     }
 
 

@@ -1,0 +1,232 @@
+"""Process groups for one training job spread over several devices or nodes.
+
+torchrun (`python -m torch.distributed.run`) starts one process per device and tells each its
+place through the environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT.
+`init_from_env` turns that into a `DistContext`; a process started without torchrun is a world
+of one and creates no process group, so single-device runs pay nothing. `launch_command` builds
+the torchrun command (wrapped in srun under Slurm) that `accelpipe train` re-executes itself
+through when a job asks for more than one process. torch is imported only where a process group
+is used, so the launching process stays light.
+
+Typical use in a workload::
+
+    device = devices.resolve(backend, index=distributed.local_rank())
+    ctx = distributed.init_from_env(device)
+    try:
+        ...  # Trainer(..., dist=ctx); only ctx.is_main writes files
+    finally:
+        ctx.destroy()
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from accelpipe.devices import Device
+
+_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "rocm": "nccl", "gaudi": "hccl"}
+# torchrun sets these in every process it starts; their presence means "I am a worker".
+WORKER_ENV = ("TORCHELASTIC_RUN_ID", "LOCAL_RANK")
+
+
+def backend_for(device_backend: str) -> str:
+    """The collective-communication library for a device family (RCCL answers to nccl)."""
+    try:
+        return _BACKENDS[device_backend]
+    except KeyError:
+        raise ConfigError(f"no process-group backend for device {device_backend!r}") from None
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def local_rank() -> int:
+    """This process's index among the processes of its node (0 outside torchrun)."""
+    return _env_int("LOCAL_RANK", 0)
+
+
+def in_worker() -> bool:
+    """Whether this process was started by torchrun (so must not launch again)."""
+    return any(name in os.environ for name in WORKER_ENV)
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process sits in the job; the default is the whole job in one process."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes logs, traces, checkpoints and outputs; the others only train."""
+        return self.rank == 0
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Mean of `tensor` over all ranks (a new tensor; `tensor` itself is left alone)."""
+        if self.world_size == 1:
+            return tensor
+        import torch.distributed as dist
+
+        total = tensor.detach().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)  # ReduceOp.AVG is nccl-only
+        return total / self.world_size
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def destroy(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def init_from_env(device: Device) -> DistContext:
+    """Join the process group torchrun describes in the environment, on `device`.
+
+    `device` should already be this rank's own one (`devices.resolve(..., index=local_rank())`).
+    """
+    world = _env_int("WORLD_SIZE", 1)
+    if world == 1:
+        return DistContext()
+    import torch
+    import torch.distributed as dist
+
+    ctx = DistContext(
+        rank=_env_int("RANK", 0),
+        world_size=world,
+        local_rank=local_rank(),
+        local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
+    )
+    backend = backend_for(device.backend)
+    if backend == "hccl":
+        try:  # registers the hccl backend with torch.distributed
+            import habana_frameworks.torch.distributed.hccl  # noqa: F401
+        except ImportError as err:
+            raise BackendUnavailableError(
+                f"backend 'gaudi' with several processes needs "
+                f"habana_frameworks.torch.distributed.hccl: {err}"
+            ) from None
+    options = {}
+    if device.torch_device.type == "cuda":
+        # Bind before init so NCCL's communicator and barrier use this rank's GPU.
+        torch.cuda.set_device(device.torch_device)
+        options["device_id"] = device.torch_device
+    dist.init_process_group(
+        backend, init_method="env://", rank=ctx.rank, world_size=world, **options
+    )
+    return ctx
+
+
+def check_global_batch(
+    batch_size: int, world_size: int, key: str = "unet2d.train.batch_size"
+) -> int:
+    """The per-rank batch for a GLOBAL `batch_size`; ConfigError if it does not divide evenly."""
+    if batch_size % world_size:
+        raise ConfigError(
+            f"config key '{key}': the global batch {batch_size} does not split evenly over "
+            f"devices * nodes = {world_size} processes"
+        )
+    return batch_size // world_size
+
+
+def launch_command(
+    devices: int, nodes: int, argv: list[str], under_slurm: bool, port: int | None = None
+) -> list[str]:
+    """The command that starts `devices * nodes` processes running `accelpipe <argv>`.
+
+    One process needs no launcher: the plain `python -m accelpipe <argv>`. Several on this
+    machine: torchrun --standalone (it picks a free rendezvous port). Under Slurm: one torchrun
+    per node through srun, meeting at the allocation's first node.
+    """
+    if devices * nodes == 1:
+        return [sys.executable, "-m", "accelpipe", *argv]
+    # "--" ends torchrun's options: its parser would otherwise read our `--run` as an ambiguous
+    # abbreviation of its `--run-path` and refuse to start.
+    module = ["-m", "--", "accelpipe", *argv]
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    if not under_slurm:
+        if nodes > 1:
+            raise ConfigError(
+                f"config key 'unet2d.train.nodes': {nodes} nodes need a Slurm allocation "
+                "(SLURM_JOB_ID is not set); run the workflow inside one, e.g. with salloc"
+            )
+        return [*torchrun, "--standalone", f"--nproc-per-node={devices}", *module]
+    return [
+        *_srun(nodes),
+        *torchrun,
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={devices}",
+        f"--rdzv-id={os.environ.get('SLURM_JOB_ID', 'accelpipe')}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={_first_node()}:{port or _port()}",
+        *module,
+    ]
+
+
+def _srun(nodes: int) -> list[str]:
+    allocated = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
+    if allocated and int(allocated) < nodes:
+        raise ConfigError(
+            f"config key 'unet2d.train.nodes': {nodes} nodes, but Slurm job "
+            f"{os.environ.get('SLURM_JOB_ID')} has {allocated}"
+        )
+    cmd = ["srun", "--ntasks-per-node=1", f"--nodes={nodes}"]
+    # Inside a job step already (Snakemake's Slurm executor runs each job in `srun -n1`), a new
+    # step would wait forever for the CPUs that step holds unless it may overlap it.
+    if "SLURM_STEP_ID" in os.environ:
+        cmd.append("--overlap")
+    # Since Slurm 22.05 a step does not inherit the job's --cpus-per-task: pass it on, or each
+    # node's torchrun (and every rank it starts) is pinned to one core.
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    if cpus:
+        cmd.append(f"--cpus-per-task={cpus}")
+    return cmd
+
+
+def _first_node() -> str:
+    """The first host of SLURM_JOB_NODELIST, expanded by `scontrol show hostnames`."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise AccelpipeError("Slurm job without SLURM_JOB_NODELIST: cannot find its first node")
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise AccelpipeError(f"scontrol show hostnames {nodelist} failed: {err}") from None
+    hosts = out.split()
+    if not hosts:
+        raise AccelpipeError(f"scontrol show hostnames {nodelist} listed no host")
+    return hosts[0]
+
+
+def _port() -> int:
+    """MASTER_PORT if set, else a port free here.
+
+    The batch script of a Slurm job runs on the allocation's first node, which is where the
+    c10d rendezvous store listens, so a port free here is free there.
+    """
+    if os.environ.get("MASTER_PORT"):
+        return int(os.environ["MASTER_PORT"])
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
