@@ -108,6 +108,11 @@ def train_accelerators(wildcards):
     return config[wildcards.workload]["train"]["devices"]
 
 
+def train_nodes(wildcards):
+    """Nodes a train job spans; under Slurm one launcher task (srun + torchrun) per node."""
+    return config[wildcards.workload]["train"]["nodes"]
+
+
 def evaluate_accelerators(wildcards):
     """Evaluation runs in one process on one accelerator."""
     return 0 if config["backend"] == "cpu" else 1

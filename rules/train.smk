@@ -14,12 +14,14 @@ rule train:
     threads: 4
     resources:
         accel=train_accelerators,
+        nodes=train_nodes,
+        tasks=train_nodes,
         mem_mb=8000,
         runtime=600,
     params:
         runtime=runtime_config,
         cfg=train_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel} train --workload {wildcards.workload}"
-        " --run {wildcards.run} --prepared {input.data} --config-json {params.cfg:q}"
+        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel}"
+        " train --workload {wildcards.workload} --run {wildcards.run} --prepared {input.data} --config-json {params.cfg:q}"
         " --out {output} --threads {threads}"

@@ -400,8 +400,11 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     """Lease accelerators, then run the stage here or in its container."""
     runtime = load_slice(args.runtime)
     backend = runtime.get("backend", "cpu")
-    pool = leases.resolve_pool(backend, runtime.get("pool")) if args.accel else []
-    with leases.lease(args.accel, pool, leases.default_lock_dir()) as devices:
+    # Inside a Slurm job the scheduler already allocated the devices (gres/gpus) and set
+    # the visibility variables: leasing again from a node-wide pool would fight it.
+    accel = 0 if "SLURM_JOB_ID" in os.environ else args.accel
+    pool = leases.resolve_pool(backend, runtime.get("pool")) if accel else []
+    with leases.lease(accel, pool, leases.default_lock_dir()) as devices:
         if devices:
             log.info("leased %s devices %s", backend, ",".join(devices))
         if runtime["runtime"] != "docker":
