@@ -108,6 +108,18 @@ def train_accelerators(wildcards):
     return config[wildcards.workload]["train"]["devices"]
 
 
+def train_gpus(wildcards):
+    """Slurm `--gpus` per train job on cuda and rocm (0: no flag). Gaudi clusters name
+    their gres per site: profiles/slurm-gaudi sets it."""
+    if config["backend"] not in ("cuda", "rocm"):
+        return 0
+    return config[wildcards.workload]["train"]["devices"]
+
+
+def evaluate_gpus(wildcards):
+    return 1 if config["backend"] in ("cuda", "rocm") else 0
+
+
 def train_nodes(wildcards):
     """Nodes a train job spans; under Slurm one launcher task (srun + torchrun) per node."""
     return config[wildcards.workload]["train"]["nodes"]

@@ -15,6 +15,7 @@ rule evaluate:
     threads: 2
     resources:
         accel=evaluate_accelerators,
+        gpu=evaluate_gpus,
     params:
         runtime=runtime_config,
         cfg=evaluate_config,

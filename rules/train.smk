@@ -14,6 +14,7 @@ rule train:
     threads: 4
     resources:
         accel=train_accelerators,
+        gpu=train_gpus,
         nodes=train_nodes,
         tasks=train_nodes,
         mem_mb=8000,
