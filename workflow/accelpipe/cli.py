@@ -8,20 +8,14 @@ User-fixable problems exit with status 2 and one line naming the file or key.
 from __future__ import annotations
 
 import argparse
-import collections
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +84,6 @@ def _limit_threads(threads: int) -> None:
     torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))
 
 
-# Wall-clock start of a launched stage, so its workers count the stage's seconds from there.
-_LAUNCHED_AT = "ACCELPIPE_LAUNCHED_AT"
-
-
 def train_worker_argv(args: argparse.Namespace) -> list[str]:
     """The train stage's own arguments, as the launched processes get them.
 
@@ -108,43 +98,8 @@ def train_worker_argv(args: argparse.Namespace) -> list[str]:
     ]
 
 
-@contextlib.contextmanager
-def _sigterm_exits() -> Iterator[None]:
-    """Turn SIGTERM (a cancelled job) into SystemExit, so `finally` blocks stop our children."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _run_workers(cmd: list[str], env: dict[str, str]) -> int:
-    """Run the launcher, relaying every rank's output to our log; return its exit status."""
-    workers_log = logging.getLogger("accelpipe.workers")
-    tail: collections.deque[str] = collections.deque(maxlen=30)
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        with _sigterm_exits():
-            for line in proc.stdout:
-                tail.append(line.rstrip())
-                workers_log.info("%s", tail[-1])
-            code = proc.wait()
-    finally:
-        if proc.poll() is None:  # interrupted: torchrun passes SIGTERM on to the ranks
-            proc.terminate()
-            proc.wait()
-    if code:
-        log.error("training processes failed (status %d); last output:\n%s", code, "\n".join(tail))
-    return code
-
-
-def _launch_train(args: argparse.Namespace, cfg: TrainConfig) -> None:
-    """Start `devices * nodes` training processes running this stage; exit with their status."""
+def _check_launch(args: argparse.Namespace, cfg: TrainConfig) -> None:
+    """User errors a launch would only meet inside the workers: report them here, status 2."""
     world = cfg.devices * cfg.nodes
     distributed.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
     if 0 < args.accel < cfg.devices:  # one leased device per process on this node
@@ -152,23 +107,6 @@ def _launch_train(args: argparse.Namespace, cfg: TrainConfig) -> None:
             f"config key '{args.workload}.train.devices': {cfg.devices} processes per node, but "
             f"the job leased {args.accel} accelerators"
         )
-    under_slurm = "SLURM_JOB_ID" in os.environ
-    cmd = distributed.launch_command(cfg.devices, cfg.nodes, train_worker_argv(args), under_slurm)
-    env = dict(os.environ)
-    env[_LAUNCHED_AT] = repr(time.time())
-    # torchrun would set 1 (with a warning); each rank sets its share in `cmd_train` anyway.
-    env.setdefault("OMP_NUM_THREADS", str(max(1, args.threads // cfg.devices)))
-    log.info("training on %d processes: %s", world, shlex.join(cmd))
-    code = _run_workers(cmd, env)
-    if code:
-        raise SystemExit(code)
-
-
-def _stage_started() -> float:
-    """perf_counter() origin of the stage: the launch, for a launched worker."""
-    launched = os.environ.get(_LAUNCHED_AT)
-    elapsed = time.time() - float(launched) if launched else 0.0
-    return time.perf_counter() - max(elapsed, 0.0)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -176,11 +114,12 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     In the workers rank 0 finishes the stage (stage.json, renaming the work dir onto --out).
     """
-    started = _stage_started()
+    started = distributed.stage_started()
     cfg = _slice(args)
     train_cfg = view(TrainConfig, cfg.get("train", {}))
     if train_cfg.devices * train_cfg.nodes > 1 and not distributed.in_worker():
-        _launch_train(args, train_cfg)
+        _check_launch(args, train_cfg)
+        distributed.launch_training(train_cfg, train_worker_argv(args), args.threads)
         return
     # The node's CPUs are shared by its ranks.
     _limit_threads(max(1, args.threads // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))

@@ -20,10 +20,18 @@ Typical use in a workload::
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import logging
 import os
+import shlex
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,7 +40,10 @@ from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigErro
 if TYPE_CHECKING:
     import torch
 
+    from accelpipe.config import TrainConfig
     from accelpipe.devices import Device
+
+log = logging.getLogger(__name__)
 
 _BACKENDS = {"cpu": "gloo", "cuda": "nccl", "rocm": "nccl", "gaudi": "hccl"}
 # torchrun sets these in every process it starts; their presence means "I am a worker".
@@ -230,3 +241,66 @@ def _port() -> int:
     with socket.socket() as sock:
         sock.bind(("", 0))
         return sock.getsockname()[1]
+
+
+# -- launching the training processes ------------------------------------------------------
+
+
+# Wall-clock start of a launched stage, so its workers count the stage's seconds from there.
+_LAUNCHED_AT = "ACCELPIPE_LAUNCHED_AT"
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """Turn SIGTERM (a cancelled job) into SystemExit, so `finally` blocks stop our children."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_workers(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the launcher, relaying every rank's output to our log; return its exit status."""
+    workers_log = logging.getLogger("accelpipe.workers")
+    tail: collections.deque[str] = collections.deque(maxlen=30)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        with _sigterm_exits():
+            for line in proc.stdout:
+                tail.append(line.rstrip())
+                workers_log.info("%s", tail[-1])
+            code = proc.wait()
+    finally:
+        if proc.poll() is None:  # interrupted: torchrun passes SIGTERM on to the ranks
+            proc.terminate()
+            proc.wait()
+    if code:
+        log.error("training processes failed (status %d); last output:\n%s", code, "\n".join(tail))
+    return code
+
+
+def launch_training(cfg: TrainConfig, stage_argv: list[str], threads: int) -> None:
+    """Start `devices * nodes` processes running `accelpipe <stage_argv>`; exit with theirs."""
+    under_slurm = "SLURM_JOB_ID" in os.environ
+    cmd = launch_command(cfg.devices, cfg.nodes, stage_argv, under_slurm)
+    env = dict(os.environ)
+    env[_LAUNCHED_AT] = repr(time.time())
+    # torchrun would set 1 (with a warning); each rank sets its share in `cmd_train` anyway.
+    env.setdefault("OMP_NUM_THREADS", str(max(1, threads // cfg.devices)))
+    log.info("training on %d processes: %s", cfg.devices * cfg.nodes, shlex.join(cmd))
+    code = _run_workers(cmd, env)
+    if code:
+        raise SystemExit(code)
+
+
+def stage_started() -> float:
+    """perf_counter() origin of the stage: the launch, for a launched worker."""
+    launched = os.environ.get(_LAUNCHED_AT)
+    elapsed = time.time() - float(launched) if launched else 0.0
+    return time.perf_counter() - max(elapsed, 0.0)

@@ -862,4 +862,6 @@ def write_summary(paths: Sequence[str | Path], out_dir: str | Path) -> dict:
     with atomic_path(out / "step_breakdown.png") as tmp:
         plot_step_breakdown(summary, tmp)
     return summary
+
+
 # x
