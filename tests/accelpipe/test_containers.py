@@ -128,3 +128,8 @@ def test_stage_argv_drops_the_global_options() -> None:
     ]
     assert stage_argv(argv) == ["train", "--workload", "unet2d", "--out", "train"]
     assert stage_argv(["--log=x.log", "raw", "--dataset", "brats"]) == ["raw", "--dataset", "brats"]
+
+
+def test_missing_paths_are_not_mounted(tmp_path: Path) -> None:
+    mounts = containers.mounts_for([tmp_path, tmp_path.parent / "does-not-exist"])
+    assert [m["Source"] for m in mounts] == [str(tmp_path)]

@@ -177,3 +177,15 @@ def test_changed_package_source_rebuilds_the_image_and_reruns_its_stages(
         "publish_run",
     }
     assert docker_project.planned_jobs(TARGET) == {}
+
+
+def test_stage_error_inside_the_container_is_one_clear_line(
+    docker_project: Project, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-dataset"
+    override = "datasets=" + json.dumps({"brats": {"source": f"path:{missing}"}})
+    proc = docker_project.snakemake(TARGET, "--config", override, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"in container: accelpipe raw: {missing}" in output, output
+    assert "Traceback" not in output

@@ -311,13 +311,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_logging(log_file: str | None) -> None:
-    """Everything to the log file (or stderr); errors always to stderr as well."""
-    console = logging.StreamHandler(sys.stderr)
-    handlers: list[logging.Handler] = [console]
+def setup_logging(log_file: str | None, capture_stderr: bool = False) -> None:
+    """Everything to the log file (or stderr); errors always to the console as well.
+
+    With `capture_stderr` (the real command, not tests calling `main`), file descriptor 2
+    also goes to the log: C++ output (kineto's profiler lines), warnings and tracebacks belong
+    to the rule's log, not the console; a duplicate of the real stderr keeps the one-line
+    error message visible.
+    """
+    console_stream = sys.stderr
+    file_mode = "w"
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, mode="w"))
+        if capture_stderr:
+            console_stream = os.fdopen(os.dup(2), "w", buffering=1)
+            fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            os.dup2(fd, 2)
+            os.close(fd)
+            file_mode = "a"  # both writers append to the one file
+    console = logging.StreamHandler(console_stream)
+    handlers: list[logging.Handler] = [console]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, mode=file_mode))
         console.setLevel(logging.ERROR)
     logging.basicConfig(
         level=logging.INFO,
@@ -365,9 +380,10 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    capture_stderr = argv is None  # the console command, not a test calling main()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    setup_logging(args.log)
+    setup_logging(args.log, capture_stderr)
     try:
         return run_stage(args, argv)
     except AccelpipeError as err:

@@ -217,7 +217,9 @@ def mounts_for(paths: Sequence[str | Path]) -> list[Any]:
     """Bind mounts of each path at the same location, so every path in argv works inside."""
     from docker.types import Mount
 
-    unique = sorted({str(Path(p).resolve()) for p in paths})
+    # A path that does not exist is not mounted: the stage inside then names it in its error,
+    # instead of the engine failing to create the container.
+    unique = sorted({str(Path(p).resolve()) for p in paths if Path(p).exists()})
     # a path inside another mounted path needs no mount of its own
     roots = [p for p in unique if not any(p != q and p.startswith(q + os.sep) for q in unique)]
     return [Mount(target=p, source=p, type="bind") for p in roots]
@@ -280,8 +282,12 @@ def run(
     try:
         with _signals_raise():
             container.start()
-            _stream(container, log_file)
-            return int(container.wait()["StatusCode"])
+            errors = _stream(container, log_file)
+            code = int(container.wait()["StatusCode"])
+            for line in errors if code else ():  # the stage's own error line, on the console
+                # "<time> ERROR <logger>: <message>" -> "<message>"
+                log.error("in container: %s", line.split(" ERROR ", 1)[-1].split(": ", 1)[-1])
+            return code
     except _Interrupted as stop:
         log.error("interrupted by %s: removing container %s", stop, container.short_id)
         raise SystemExit(128 + stop.signum) from None
@@ -290,25 +296,27 @@ def run(
             container.remove(force=True)
 
 
-def _stream(container: Any, log_file: Path | None) -> None:
-    """Container output to the rule's log; error lines also to our stderr."""
+def _stream(container: Any, log_file: Path | None) -> list[str]:
+    """Container output to the rule's log (or stderr); returns its error lines."""
     sink = log_file.open("a") if log_file else sys.stderr
+    errors: list[str] = []
     try:
         pending = b""
         for chunk in container.logs(stream=True, follow=True):
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for raw in lines:
-                _emit(raw.decode(errors="replace"), sink, log_file is not None)
+                _emit(raw.decode(errors="replace"), sink, errors)
         if pending:
-            _emit(pending.decode(errors="replace"), sink, log_file is not None)
+            _emit(pending.decode(errors="replace"), sink, errors)
     finally:
         if log_file:
             sink.close()
+    return errors
 
 
-def _emit(line: str, sink: TextIO, echo_errors: bool) -> None:
+def _emit(line: str, sink: TextIO, errors: list[str]) -> None:
     sink.write(line + "\n")
     sink.flush()
-    if echo_errors and " ERROR " in line:
-        print(line, file=sys.stderr)
+    if " ERROR " in line:
+        errors.append(line)
