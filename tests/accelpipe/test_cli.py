@@ -10,22 +10,25 @@ import pytest
 from accelpipe.cli import main
 
 
+def _raw(tmp_path: Path, cfg: str, *, dataset: str = "brats", out: str = "raw") -> list[str]:
+    """argv of an `accelpipe raw` stage writing into tmp_path."""
+    return [
+        "raw",
+        "--dataset",
+        dataset,
+        "--config-json",
+        cfg,
+        "--out",
+        str(tmp_path / out),
+        "--downloads",
+        str(tmp_path / "dl"),
+    ]
+
+
 def test_bad_config_json_is_one_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(
-        [
-            "raw",
-            "--dataset",
-            "brats",
-            "--config-json",
-            "{not json",
-            "--out",
-            str(tmp_path / "raw"),
-            "--downloads",
-            str(tmp_path / "dl"),
-        ]
-    )
+    code = main(_raw(tmp_path, "{not json"))
     assert code == 2
     err = capsys.readouterr().err
     assert "--config-json is not valid JSON" in err and "Traceback" not in err
@@ -38,21 +41,7 @@ def test_error_goes_to_log_file_and_stderr(
     log = tmp_path / "logs/raw.log"
     missing = tmp_path / "nowhere"
     cfg = json.dumps({"source": f"path:{missing}"})
-    code = main(
-        [
-            "--log",
-            str(log),
-            "raw",
-            "--dataset",
-            "brats",
-            "--config-json",
-            cfg,
-            "--out",
-            str(tmp_path / "raw"),
-            "--downloads",
-            str(tmp_path / "dl"),
-        ]
-    )
+    code = main(["--log", str(log), *_raw(tmp_path, cfg)])
     assert code == 2
     assert str(missing) in capsys.readouterr().err
     assert str(missing) in log.read_text()
@@ -64,44 +53,14 @@ def test_synthetic_raw_stage_writes_layout_and_stage_record(tmp_path: Path) -> N
         {"source": "synthetic", "synthetic": {"cases": 5, "shape": [16, 16, 16], "seed": 0}}
     )
     out = tmp_path / "raw"
-    assert (
-        main(
-            [
-                "raw",
-                "--dataset",
-                "brats",
-                "--config-json",
-                cfg,
-                "--out",
-                str(out),
-                "--downloads",
-                str(tmp_path / "dl"),
-            ]
-        )
-        == 0
-    )
+    assert main(_raw(tmp_path, cfg)) == 0
     stage = json.loads((out / "stage.json").read_text())
     assert stage["stage"] == "raw" and stage["cases"] == 5 and stage["source"] == "synthetic"
     assert len(list((out / "Task01_BrainTumour/imagesTr").glob("*.nii.gz"))) == 5
 
 
 def test_unknown_dataset_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(
-            [
-                "raw",
-                "--dataset",
-                "kits",
-                "--config-json",
-                "{}",
-                "--out",
-                str(tmp_path / "r"),
-                "--downloads",
-                str(tmp_path / "d"),
-            ]
-        )
-        == 2
-    )
+    assert main(_raw(tmp_path, "{}", dataset="kits", out="r")) == 2
     assert "'kits'" in capsys.readouterr().err
 
 
@@ -126,23 +85,7 @@ def test_accel_leases_devices_sets_visibility_and_releases(
 
     monkeypatch.setattr("accelpipe.cli.cmd_raw", fake_stage)
     runtime = json.dumps({"runtime": "local", "backend": "cuda", "pool": ["7", "9"]})
-    code = main(
-        [
-            "--runtime",
-            runtime,
-            "--accel",
-            "1",
-            "raw",
-            "--dataset",
-            "brats",
-            "--config-json",
-            "{}",
-            "--out",
-            str(tmp_path / "r"),
-            "--downloads",
-            "d",
-        ]
-    )
+    code = main(["--runtime", runtime, "--accel", "1", *_raw(tmp_path, "{}", out="r")])
     assert code == 0
     assert seen["visible"] == "7"
     with leases.lease(2, ["7", "9"], tmp_path / "locks", on_wait=_no_wait) as devices:

@@ -22,11 +22,11 @@ from typing import Any, TextIO
 
 import yaml
 
+from accelpipe import REPO
 from accelpipe.errors import AccelpipeError, ConfigError
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]  # <repo>/workflow/accelpipe/containers.py
 IMAGES_FILE = Path("docker/images.yaml")
 # Files whose content defines an image besides its Dockerfile.
 IMAGE_INPUTS = ("pyproject.toml", "README.md", "requirements", "workflow/accelpipe")

@@ -55,12 +55,6 @@ class Device:
         if self.lazy_mode:
             self.htcore.mark_step()
 
-    def synchronize(self) -> None:
-        if self.backend in ("cuda", "rocm"):
-            torch.cuda.synchronize(self.torch_device)
-        elif self.backend == "gaudi":
-            torch.hpu.synchronize()
-
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         model = model.to(self.torch_device)
         if self.channels_last:

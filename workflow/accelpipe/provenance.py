@@ -62,17 +62,13 @@ def git_state(repo: Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-# The checkout holding the running package: <repo>/workflow/accelpipe/provenance.py
-SOURCE_REPO = Path(__file__).resolve().parents[2]
-
-
 def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str, Any]:
     """provenance.json: code version, config, packages, device and per-stage timings."""
     stages = {name: read_json(d / STAGE_FILE) for name, d in stage_dirs.items()}
     train = stages.get("train", {})
     return {
         "created": now_iso(),
-        "git": git_state(SOURCE_REPO),
+        "git": git_state(accelpipe.REPO),
         "accelpipe": accelpipe.__version__,
         "config": config_slice,
         "backend": train.get("backend"),

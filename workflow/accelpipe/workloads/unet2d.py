@@ -28,8 +28,6 @@ from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
 
-DATASET = "brats"
-VARIANT = "2d"
 CLASSES = (1, 2, 3)
 _RUN = re.compile(r"fold(\d+)")
 
