@@ -11,6 +11,7 @@ PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
 from accelpipe import containers
+from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
 from accelpipe.errors import ConfigError
 
@@ -34,13 +35,32 @@ IMAGE_MARKER = f"work/images/{containers.image_slug(IMAGE)}.json"
 CONTAINER = f"docker://{IMAGE}" if RUNTIME in ("docker", "apptainer") else None
 
 # workload -> (dataset, prepared variant)
-WORKLOAD_DATA = {"unet2d": ("brats", "2d")}
+WORKLOAD_DATA = {
+    "unet2d": ("brats", "2d"),
+    "swinunetr": ("nsclc", "nifti"),
+    "resnet50": ("imagenet", "index"),
+}
 # (dataset, variant) -> workload whose `prepare` settings define the variant
 VARIANT_OWNER = {data: workload for workload, data in WORKLOAD_DATA.items()}
 # modules each stage executes, relative to workflow/accelpipe
+DOWNLOAD = "datasets/download.py"
+TORCH_ENGINE = ["engines/torch_trainer.py", "optim.py", "devices.py"]
 STAGE_CODE = {
-    "raw": {"brats": ["datasets/brats.py", "datasets/msd.py", "datasets/download.py"]},
-    "prepare": {"brats": ["datasets/brats.py"]},
+    "raw": {
+        "brats": ["datasets/brats.py", "datasets/msd.py", DOWNLOAD],
+        "nsclc": [
+            "datasets/nsclc.py",
+            "datasets/tcia.py",
+            "datasets/dicom.py",
+            DOWNLOAD,
+        ],
+        "imagenet": ["datasets/imagenet.py", DOWNLOAD],
+    },
+    "prepare": {
+        "brats": ["datasets/brats.py"],
+        "nsclc": ["datasets/nsclc.py", "datasets/dicom.py"],
+        "imagenet": ["datasets/imagenet.py"],
+    },
     "train": {
         "unet2d": [
             "workloads/unet2d.py",
@@ -48,9 +68,20 @@ STAGE_CODE = {
             "losses.py",
             "datasets/slices.py",
             "transforms.py",
-            "engines/torch_trainer.py",
-            "devices.py",
-        ]
+            *TORCH_ENGINE,
+        ],
+        "swinunetr": [
+            "workloads/swinunetr.py",
+            "models/swinunetr.py",
+            "datasets/volumes.py",
+            *TORCH_ENGINE,
+        ],
+        "resnet50": [
+            "workloads/resnet50.py",
+            "models/resnet50.py",
+            "datasets/imagefolder.py",
+            *TORCH_ENGINE,
+        ],
     },
     "evaluate": {
         "unet2d": [
@@ -58,7 +89,21 @@ STAGE_CODE = {
             "models/dynunet2d.py",
             "metrics.py",
             "devices.py",
-        ]
+        ],
+        "swinunetr": [
+            "workloads/swinunetr.py",
+            "models/swinunetr.py",
+            "datasets/volumes.py",
+            "metrics.py",
+            "devices.py",
+        ],
+        "resnet50": [
+            "workloads/resnet50.py",
+            "models/resnet50.py",
+            "datasets/imagefolder.py",
+            "metrics.py",
+            "devices.py",
+        ],
     },
 }
 
@@ -101,11 +146,21 @@ def image_input(wildcards):
     return [IMAGE_MARKER] if RUNTIME == "docker" else []
 
 
+def run_train(wildcards):
+    """The run's train settings: `<workload>.train` with `<workload>.runs.<run>` applied."""
+    try:
+        return run_train_settings(
+            config[wildcards.workload], wildcards.workload, wildcards.run
+        )
+    except ConfigError as err:
+        raise WorkflowError(f"invalid target: {err}") from None
+
+
 def train_accelerators(wildcards):
     """Accelerators a train job leases (resources: accel): one per process on this node."""
     if config["backend"] == "cpu":
         return 0
-    return config[wildcards.workload]["train"]["devices"]
+    return run_train(wildcards)["devices"]
 
 
 def train_gpus(wildcards):
@@ -113,7 +168,7 @@ def train_gpus(wildcards):
     their gres per site: profiles/slurm-gaudi sets it."""
     if config["backend"] not in ("cuda", "rocm"):
         return 0
-    return config[wildcards.workload]["train"]["devices"]
+    return run_train(wildcards)["devices"]
 
 
 def evaluate_gpus(wildcards):
@@ -122,7 +177,7 @@ def evaluate_gpus(wildcards):
 
 def train_nodes(wildcards):
     """Nodes a train job spans; under Slurm one launcher task (srun + torchrun) per node."""
-    return config[wildcards.workload]["train"]["nodes"]
+    return run_train(wildcards)["nodes"]
 
 
 def evaluate_accelerators(wildcards):
@@ -168,32 +223,35 @@ def raw_config(wildcards):
 def prepare_config(wildcards):
     workload = VARIANT_OWNER[(wildcards.dataset, wildcards.variant)]
     block = config[workload]
-    return as_json({"prepare": block["prepare"], "folds": block["folds"]})
+    slice_ = {"prepare": block.get("prepare", {})}
+    if "folds" in block:
+        slice_["folds"] = block["folds"]
+    return as_json(slice_)
+
+
+def workload_settings(wildcards):
+    """The workload's config block as one run sees it: `train` resolved, `runs` dropped."""
+    block = {k: v for k, v in config[wildcards.workload].items() if k != "runs"}
+    return block | {"train": run_train(wildcards)}
 
 
 def train_config(wildcards):
-    block = config[wildcards.workload]
+    block = workload_settings(wildcards)
+    keys = ("model", "train", "profile", "transforms")
     return as_json(
-        {
-            "backend": config["backend"],
-            "model": block["model"],
-            "train": block["train"],
-            "profile": block["profile"],
-        }
+        {"backend": config["backend"]} | {k: block[k] for k in keys if k in block}
     )
 
 
 def evaluate_config(wildcards):
-    block = config[wildcards.workload]
+    block = workload_settings(wildcards)
     train = block["train"]
+    precision = {k: train[k] for k in ("precision", "channels_last") if k in train}
     return as_json(
         {
             "backend": config["backend"],
             "evaluate": block["evaluate"],
-            "train": {
-                "precision": train["precision"],
-                "channels_last": train["channels_last"],
-            },
+            "train": precision,
         }
     )
 
@@ -205,7 +263,7 @@ def publish_config(wildcards):
             "backend": config["backend"],
             "runtime": config["runtime"],
             "datasets": {dataset: config["datasets"][dataset]},
-            wildcards.workload: config[wildcards.workload],
+            wildcards.workload: workload_settings(wildcards),
         }
     )
 

@@ -1,11 +1,12 @@
-"""Tests for the per-class Dice metric."""
+"""Tests for the per-class Dice metric and the top-k accuracy counts."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from accelpipe.metrics import dice_per_class
+from accelpipe.metrics import dice_per_class, topk_correct
 
 
 def _labels() -> np.ndarray:
@@ -65,3 +66,42 @@ def test_custom_classes_and_order() -> None:
 def test_shape_mismatch_names_both_shapes() -> None:
     with pytest.raises(ValueError, match=r"\(4, 4\).*\(4, 5\)"):
         dice_per_class(np.zeros((4, 4)), np.zeros((4, 5)))
+
+
+def _logits() -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.tensor(
+        [
+            [0.1, 0.9, 0.0, 0.3, 0.2, 0.5],  # order 1,5,3,4,0,2
+            [2.0, 1.0, 3.0, 0.0, -1.0, 0.5],  # order 2,0,1,5,3,4
+            [0.0, 0.1, 0.2, 0.3, 0.4, 0.5],  # order 5,4,3,2,1,0
+            [5.0, 4.0, 3.0, 2.0, 1.0, 0.0],  # order 0,1,2,3,4,5
+        ]
+    )
+    # Target ranks: 1st, 2nd, 6th, 5th.
+    return logits, torch.tensor([1, 0, 0, 4])
+
+
+def test_topk_hand_computed() -> None:
+    logits, target = _logits()
+    assert topk_correct(logits, target) == {1: 1, 5: 3}
+    assert topk_correct(logits, target, ks=(1, 2, 3, 6)) == {1: 1, 2: 2, 3: 2, 6: 4}
+
+
+def test_topk_clamps_k_to_the_number_of_classes() -> None:
+    logits, _ = _logits()
+    assert topk_correct(logits[:, :3], torch.tensor([1, 2, 0, 1]), ks=(1, 5)) == {1: 2, 5: 4}
+
+
+def test_topk_returns_python_ints_and_handles_an_empty_batch() -> None:
+    logits, target = _logits()
+    counts = topk_correct(logits, target, ks=(1,))
+    assert type(counts[1]) is int
+    assert topk_correct(torch.zeros(0, 10), torch.zeros(0, dtype=torch.long)) == {1: 0, 5: 0}
+
+
+def test_topk_rejects_bad_shapes_and_k() -> None:
+    logits, target = _logits()
+    with pytest.raises(ValueError, match=r"\(4, 6\).*\(3,\)"):
+        topk_correct(logits, target[:3])
+    with pytest.raises(ValueError, match="k must be"):
+        topk_correct(logits, target, ks=(0,))

@@ -44,7 +44,7 @@ def test_fold0_result_folder_is_complete(project: Project) -> None:
     assert all(float(r["samples_per_s"]) > 0 and float(r["lr"]) > 0 for r in log)
 
     summary = json.loads((result / "trace_summary.json").read_text())
-    assert {"forward", "loss", "backward", "optimizer_step", "data_wait"} <= set(
+    assert {"forward", "loss", "backward", "optimizer_step", "loader_first", "step"} <= set(
         summary["sections"]
     )
     assert summary["sections"]["forward"]["count"] == 2  # the 2 active profiler steps

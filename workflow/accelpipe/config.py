@@ -75,7 +75,13 @@ def _coerce(instance: Any, node: dict[str, Any]) -> Any:
         return _coerce_scalar(instance, types)
     if isinstance(instance, dict):
         props = node.get("properties", {})
-        return {k: _coerce(v, props[k]) if k in props else v for k, v in instance.items()}
+        extra = node.get("additionalProperties")  # e.g. named runs: name -> train overrides
+        return {
+            k: _coerce(v, props[k])
+            if k in props
+            else (_coerce(v, extra) if isinstance(extra, dict) else v)
+            for k, v in instance.items()
+        }
     if isinstance(instance, list) and isinstance(node.get("items"), dict):
         return [_coerce(v, node["items"]) for v in instance]
     return instance
@@ -107,6 +113,19 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if error is not None:
         raise ConfigError(_describe(error))
     return filled
+
+
+def run_train(block: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
+    """The train settings of a named run: `<workload>.train` overridden by `<workload>.runs.<run>`.
+
+    Workloads without `runs` (unet2d: its runs are folds) train with `<workload>.train` as is.
+    """
+    if "runs" not in block:
+        return block["train"]
+    if run not in block["runs"]:
+        known = ", ".join(sorted(block["runs"])) or "none"
+        raise ConfigError(f"config key '{workload}.runs' has no run {run!r} (known: {known})")
+    return {**block["train"], **block["runs"][run]}
 
 
 def load_slice(text: str) -> dict[str, Any]:
@@ -158,7 +177,13 @@ class TrainConfig:
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 1e-4
-    scheduler: str = "constant"
+    scheduler: str = "constant"  # constant | cosine | poly, after the warmup
+    warmup_epochs: float = 0.0  # linear warmup from lr / (warmup steps) to lr
+    poly_power: float = 2.0
+    optimizer: str = "adamw"  # adamw | sgd | lars
+    momentum: float = 0.9  # sgd and lars
+    label_smoothing: float = 0.0
+    compile: bool = False  # graph mode: torch.compile (Gaudi: its hpu_backend)
     precision: str = "auto"
     channels_last: bool = False
     seed: int = 1

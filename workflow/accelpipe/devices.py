@@ -68,6 +68,18 @@ class Device:
             tensor = tensor.contiguous(memory_format=torch.channels_last)
         return tensor
 
+    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Graph mode: torch.compile, with Habana's backend on Gaudi."""
+        if self.backend == "gaudi":
+            return torch.compile(model, backend="hpu_backend")
+        return torch.compile(model)
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """Loss scaling for fp16 autocast (its gradients underflow); a no-op otherwise."""
+        return torch.amp.GradScaler(
+            self.torch_device.type, enabled=self.precision == "fp16" and not self.htcore
+        )
+
     def adamw(self, params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float):
         """AdamW; Habana's fused implementation on Gaudi when it is installed."""
         if self.backend == "gaudi":
@@ -87,18 +99,23 @@ class Device:
 
 
 def resolve(
-    backend: str, precision: str = "auto", channels_last: bool = False, index: int = 0
+    backend: str,
+    precision: str = "auto",
+    channels_last: bool = False,
+    index: int = 0,
+    auto: dict[str, str] | None = None,
 ) -> Device:
     """Check the backend's runtime is present and return its Device.
 
     `index` picks the device of a multi-device job (one process per device: its LOCAL_RANK).
+    `auto` overrides what precision "auto" means per backend for one workload.
     """
     if backend not in BACKENDS:
         raise ConfigError(
             f"config key 'backend': unknown backend {backend!r} ({', '.join(BACKENDS)})"
         )
     if precision == "auto":
-        precision = _AUTO_PRECISION[backend]
+        precision = {**_AUTO_PRECISION, **(auto or {})}[backend]
     if precision not in _DTYPES:
         raise ConfigError(f"config key 'precision': unknown precision {precision!r}")
     resolver = {"cpu": _cpu, "cuda": _cuda, "rocm": _rocm, "gaudi": _gaudi}[backend]

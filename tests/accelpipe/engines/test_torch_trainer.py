@@ -20,6 +20,7 @@ from accelpipe.distributed import DistContext, init_from_env
 from accelpipe.engines.torch_trainer import CHECKPOINT, SECTIONS, Trainer, TrainJob, seed_everything
 
 STEPS = 4
+SCHEDULE = ProfileSchedule(wait=1, warmup=1, active=2, repeat=1)
 
 
 def _batches(epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -31,11 +32,15 @@ def _batches(epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     ]
 
 
-def _trainer(work: Path, epochs: int, profile: bool = False) -> Trainer:
+def _trainer(
+    work: Path,
+    epochs: int,
+    profile: bool = False,
+    sched: ProfileSchedule = SCHEDULE,
+) -> Trainer:
     seed_everything(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     cfg = TrainConfig(epochs=epochs, lr=0.01, scheduler="cosine")
-    sched = ProfileSchedule(wait=1, warmup=1, active=2, repeat=1)
     job = TrainJob(model, torch.nn.functional.cross_entropy, _batches, STEPS)
     return Trainer(job, resolve("cpu"), cfg, ProfileConfig(enabled=profile, schedule=sched), work)
 
@@ -86,7 +91,10 @@ def test_resume_drops_log_rows_written_after_the_checkpoint(tmp_path: Path) -> N
 
 
 def test_profiled_run_writes_a_trace_with_every_section(tmp_path: Path) -> None:
-    _trainer(tmp_path, epochs=1, profile=True).fit()
+    # Active steps 4 and 5 (1-based): the last of epoch 0 and the first of epoch 1, so the
+    # trace holds `loader_next` and the epoch's first batch, `loader_first`.
+    sched = ProfileSchedule(wait=2, warmup=1, active=2, repeat=1)
+    _trainer(tmp_path, epochs=2, profile=True, sched=sched).fit()
     traces = list((tmp_path / "traces").glob("*.json.gz"))
     assert len(traces) == 1
     text = gzip.decompress(traces[0].read_bytes()).decode()

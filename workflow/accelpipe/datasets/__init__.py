@@ -11,7 +11,7 @@ from types import ModuleType
 
 from accelpipe.errors import ConfigError
 
-DATASETS = ("brats",)
+DATASETS = ("brats", "imagenet", "nsclc")
 
 
 def get(name: str) -> ModuleType:

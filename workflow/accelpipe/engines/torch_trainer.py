@@ -1,8 +1,10 @@
 """The PyTorch training loop shared by the torch workloads.
 
 A workload supplies the model, the loss and a per-epoch batch iterator; this
-module owns the rest: device placement, autocast, Gaudi mark_step, the profiler
-sections, per-step logging, and epoch checkpoints that let a killed job resume.
+module owns the rest: device placement, autocast (with loss scaling for fp16), graph
+mode (torch.compile), Gaudi mark_step, the optimizer and LR schedule (accelpipe.optim),
+the profiler sections, per-step logging, and epoch checkpoints that let a killed job
+resume.
 
 With a `DistContext` of several processes the model trains data-parallel (DDP): each rank
 feeds its shard of the global batch, gradients are averaged, and only rank 0 writes the log
@@ -23,7 +25,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,15 +33,17 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelpipe.config import ProfileConfig, TrainConfig
+from accelpipe import devices, distributed, optim
+from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import Device
 from accelpipe.distributed import DistContext
 
 LOG_FIELDS = ("epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms")
 CHECKPOINT = "checkpoint.pt"
-# Section names recorded with torch.profiler.record_function; the trace
-# summarizer reports each of them.
-SECTIONS = ("data_wait", "forward", "loss", "backward", "optimizer_step")
+# Section names recorded with torch.profiler.record_function (the reference's names); the
+# trace summarizer reports each. `forward`, `loss`, `backward` and `optimizer_step` nest in
+# `step`; `loader_first` is an epoch's first batch (worker start-up, cache fill).
+SECTIONS = ("loader_first", "loader_next", "step", "forward", "loss", "backward", "optimizer_step")
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 log = logging.getLogger(__name__)
@@ -55,23 +59,91 @@ class TrainJob:
     steps_per_epoch: int
     # DDP must be told when some parameters get no gradient in a step (it costs a graph walk).
     find_unused_parameters: bool = False
+    checkpoint: dict[str, Any] = field(default_factory=dict)  # saved in model.pt beside weights
+    facts: dict[str, Any] = field(default_factory=dict)  # added to the train stage.json
+
+
+# workload hook: (train settings, device, process group) -> the job to run
+JobFactory = Callable[[TrainConfig, Device, DistContext], TrainJob]
+MODEL_FILE = "model.pt"
+
+
+def run_training(
+    cfg: dict[str, Any],
+    work_dir: Path,
+    make_job: JobFactory,
+    auto_precision: dict[str, str] | None = None,
+) -> dict[str, Any] | None:
+    """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
+
+    `cfg` is the train stage's slice (backend, train, profile, ...). Writes model.pt (the
+    bare model's weights plus `job.checkpoint`) on rank 0 and returns the run facts there;
+    the other ranks of a multi-process run return None.
+    """
+    train_cfg = view(TrainConfig, cfg["train"])
+    device = devices.resolve(
+        cfg["backend"],
+        train_cfg.precision,
+        train_cfg.channels_last,
+        distributed.local_rank(),
+        auto_precision,
+    )
+    ctx = distributed.init_from_env(device)
+    try:
+        distributed.check_global_batch(train_cfg.batch_size, ctx.world_size)
+        seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
+        job = make_job(train_cfg, device, ctx)
+        profile = ProfileConfig.from_slice(cfg.get("profile", {}))
+        trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx)
+        resumed_from = trainer.step if trainer.resume() else None
+        trainer.fit()
+        if not ctx.is_main:
+            return None
+        weights = {"state_dict": trainer.model.state_dict(), **job.checkpoint}
+        torch.save(weights, work_dir / MODEL_FILE)
+        return {
+            "device": device.name,
+            "backend": device.backend,
+            "precision": device.precision,
+            "compiled": train_cfg.compile,
+            "steps": trainer.step,
+            "resumed_from_step": resumed_from,
+            "world_size": ctx.world_size,
+            "global_batch": train_cfg.batch_size,
+            **job.facts,
+        }
+    finally:
+        ctx.destroy()
+
+
+def load_for_eval(
+    model_dir: Path,
+    cfg: dict[str, Any],
+    build: Callable[[dict[str, Any]], torch.nn.Module],
+    auto_precision: dict[str, str] | None = None,
+) -> tuple[torch.nn.Module, Device, dict[str, Any]]:
+    """The trained model from `model_dir/model.pt`, on the evaluate slice's device, in eval mode.
+
+    `build(checkpoint)` makes the architecture from what the workload saved beside the weights.
+    """
+    checkpoint = torch.load(model_dir / MODEL_FILE, map_location="cpu", weights_only=False)
+    train = cfg.get("train", {})
+    device = devices.resolve(
+        cfg["backend"],
+        train.get("precision", "auto"),
+        train.get("channels_last", False),
+        auto=auto_precision,
+    )
+    model = device.prepare_model(build(checkpoint))
+    model.load_state_dict(checkpoint["state_dict"])
+    model.eval()
+    return model, device, checkpoint
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def make_scheduler(
-    optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int
-) -> torch.optim.lr_scheduler.LRScheduler:
-    if cfg.scheduler == "cosine":
-        return torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total_steps) / total_steps)),
-        )
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
 
 class Trainer:
@@ -96,8 +168,13 @@ class Trainer:
         self.trace_dir = work_dir / "traces"
         self.model = device.prepare_model(job.model)
         self.replica = self._replicate(self.model)
-        self.optimizer = device.adamw(self.model.parameters(), cfg.lr, cfg.weight_decay)
-        self.scheduler = make_scheduler(self.optimizer, cfg, cfg.epochs * job.steps_per_epoch)
+        if cfg.compile:  # graph mode; checkpoints keep saving the bare model's weights
+            self.replica = device.compile(self.replica)
+        self.optimizer = optim.build_optimizer(self.model, cfg, device)
+        self.scheduler = optim.make_scheduler(
+            self.optimizer, cfg, cfg.epochs * job.steps_per_epoch, job.steps_per_epoch
+        )
+        self.scaler = device.grad_scaler()  # fp16 only: bf16 and fp32 need no loss scaling
         self.epoch = 0
         self.step = 0
 
@@ -125,6 +202,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "torch_rng": torch.random.get_rng_state(),
         }
         tmp = self.work_dir / (CHECKPOINT + ".tmp")
@@ -140,6 +218,8 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         torch.random.set_rng_state(state["torch_rng"])
         self.epoch, self.step = state["epoch"], state["step"]
         if self.dist.is_main:
@@ -194,14 +274,15 @@ class Trainer:
         batches = iter(self.job.batches(self.epoch))
         losses: list[float] = []
         samples = 0
-        for _ in range(self.job.steps_per_epoch):
+        for i in range(self.job.steps_per_epoch):
             started = time.perf_counter()
-            with torch.profiler.record_function("data_wait"):
+            with torch.profiler.record_function("loader_first" if i == 0 else "loader_next"):
                 image, label = next(batches)
                 image = self.device.to_device(image, image=True)
                 label = self.device.to_device(label)
             waited = time.perf_counter() - started
-            loss = self._train_step(image, label)
+            with torch.profiler.record_function("step"):
+                loss = self._train_step(image, label)
             self.step += 1
             samples += image.shape[0] * world
             if self.step % self.cfg.log_every == 0:
@@ -236,10 +317,11 @@ class Trainer:
             with torch.profiler.record_function("loss"):
                 loss = self.job.loss_fn(preds, label)
         with torch.profiler.record_function("backward"):
-            loss.backward()
+            self.scaler.scale(loss).backward()
             self.device.mark_step()
         with torch.profiler.record_function("optimizer_step"):
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
             self.device.mark_step()
             self.scheduler.step()
         return loss.detach()

@@ -11,7 +11,7 @@ from types import ModuleType
 
 from accelpipe.errors import ConfigError
 
-WORKLOADS = ("unet2d",)
+WORKLOADS = ("unet2d", "swinunetr", "resnet50")
 
 
 def get(name: str) -> ModuleType:

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from accelpipe import devices, distributed
-from accelpipe.config import ProfileConfig, TrainConfig, view
+from accelpipe.config import TrainConfig
 from accelpipe.datasets.slices import SliceBatches
-from accelpipe.engines.torch_trainer import Trainer, TrainJob, seed_everything
+from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.errors import ConfigError
 from accelpipe.io import read_json, write_json
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
@@ -60,80 +60,49 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
 
     Returns the run facts on rank 0 (the only rank that writes), None on the other ranks.
     """
-    train_cfg = view(TrainConfig, cfg["train"])
-    device = devices.resolve(
-        cfg["backend"], train_cfg.precision, train_cfg.channels_last, distributed.local_rank()
-    )
-    ctx = distributed.init_from_env(device)
-    try:
-        return _train(prepared, run, cfg, train_cfg, work_dir, device, ctx)
-    finally:
-        ctx.destroy()
-
-
-def _train(
-    prepared: Path,
-    run: str,
-    cfg: dict[str, Any],
-    train_cfg: TrainConfig,
-    work_dir: Path,
-    device: devices.Device,
-    ctx: distributed.DistContext,
-) -> dict[str, Any] | None:
     data_cfg = read_json(prepared / "config.json")
     cases = split(prepared, run)["train"]
-    distributed.check_global_batch(train_cfg.batch_size, ctx.world_size)
-    seed_everything(train_cfg.seed)  # the same on every rank: same init, same global batches
-    model = build_model(cfg["model"], data_cfg)
-    steps = train_cfg.steps_per_epoch or len(cases)
 
-    def batches(epoch: int) -> torch.utils.data.DataLoader:
-        # Seeded per epoch so a resumed run sees the same batches as an uninterrupted one.
-        dataset = SliceBatches(
-            prepared,
-            cases,
-            batch_size=train_cfg.batch_size,
-            steps=steps,
-            oversampling=train_cfg.oversampling,
-            augment=train_cfg.augment,
-            seed=train_cfg.seed * 100_003 + epoch,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-        )
-        return torch.utils.data.DataLoader(
-            dataset,
-            batch_size=None,
-            num_workers=train_cfg.loader_workers,
-            pin_memory=device.backend != "cpu",
+    def make_job(
+        train_cfg: TrainConfig, device: devices.Device, ctx: distributed.DistContext
+    ) -> TrainJob:
+        steps = train_cfg.steps_per_epoch or len(cases)
+
+        def batches(epoch: int) -> torch.utils.data.DataLoader:
+            # Seeded per epoch so a resumed run sees the same batches as an uninterrupted one.
+            dataset = SliceBatches(
+                prepared,
+                cases,
+                batch_size=train_cfg.batch_size,
+                steps=steps,
+                oversampling=train_cfg.oversampling,
+                augment=train_cfg.augment,
+                seed=train_cfg.seed * 100_003 + epoch,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+            )
+            return torch.utils.data.DataLoader(
+                dataset,
+                batch_size=None,
+                num_workers=train_cfg.loader_workers,
+                pin_memory=device.backend != "cpu",
+            )
+
+        # Every parameter gets a gradient (the deep-supervision heads feed the loss).
+        return TrainJob(
+            build_model(cfg["model"], data_cfg),
+            DeepSupervisionLoss(DiceCELoss()),
+            batches,
+            steps,
+            checkpoint={"model": cfg["model"], "data": data_cfg, "run": run},
+            facts={"train_cases": len(cases)},
         )
 
-    # Every parameter gets a gradient in training (the deep-supervision heads feed the loss).
-    job = TrainJob(model, DeepSupervisionLoss(DiceCELoss()), batches, steps)
-    profile = ProfileConfig.from_slice(cfg["profile"])
-    trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx)
-    resumed_from = trainer.step if trainer.resume() else None
-    trainer.fit()
-    if not ctx.is_main:
-        return None
-    torch.save(
-        {
-            "state_dict": trainer.model.state_dict(),
-            "model": cfg["model"],
-            "data": data_cfg,
-            "run": run,
-        },
-        work_dir / "model.pt",
-    )
-    return {
-        "device": device.name,
-        "backend": device.backend,
-        "precision": device.precision,
-        "steps": trainer.step,
-        "resumed_from_step": resumed_from,
-        "train_cases": len(cases),
-        "world_size": ctx.world_size,
-        "global_batch": train_cfg.batch_size,
-    }
+    return run_training(cfg, work_dir, make_job)
+
+
+def _model_from_checkpoint(checkpoint: dict[str, Any]) -> DynUNet2D:
+    return build_model(checkpoint["model"], checkpoint["data"])
 
 
 @torch.no_grad()
@@ -158,13 +127,7 @@ def evaluate(
 
     Writes metrics.json, per_case_dice.csv and predictions/<case>.npy into `out_dir`.
     """
-    checkpoint = torch.load(model_dir / "model.pt", map_location="cpu", weights_only=False)
-    device = devices.resolve(
-        cfg["backend"], cfg["train"]["precision"], cfg["train"]["channels_last"]
-    )
-    model = device.prepare_model(build_model(checkpoint["model"], checkpoint["data"]))
-    model.load_state_dict(checkpoint["state_dict"])
-    model.eval()
+    model, device, _ = load_for_eval(model_dir, cfg, _model_from_checkpoint)
     (out_dir / "predictions").mkdir(parents=True)
     rows = []
     for case in split(prepared, run)["val"]:
