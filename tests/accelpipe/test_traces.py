@@ -139,18 +139,22 @@ CUDA_SECTIONS = {
         "cpu_ms": _stats([0.3, 0.2]),
         "kernel_ms": _stats([0.040, 0.005]),  # k1 + k2 | k5 (memcpy not a kernel)
         "kernel_span_ms": _stats([0.050, 0.005]),  # 1200..1250 | 2200..2205
+        # Kernels on any stream inside 1100..1400 (k1, k2, k8 from 1300) | 2100..2300 (k8).
+        "device_busy_ms": _stats([0.140, 0.200]),
     },
     "backward": {
         "count": 2,
         "cpu_ms": _stats([0.4, 0.3]),
         "kernel_ms": _stats([0.075, 0.050]),  # k3 + k3b + k4 | k6 + k10
         "kernel_span_ms": _stats([0.095, 0.110]),  # 1700..1795 | 2500..2610
+        "device_busy_ms": _stats([0.400, 0.050]),  # all k8 | k6 + k10
     },
     WEIRD: {
         "count": 1,
         "cpu_ms": _stats([0.05]),
         "kernel_ms": _stats([0.010]),  # k1: its launch at 1130 is inside 1120..1170
         "kernel_span_ms": _stats([0.010]),
+        "device_busy_ms": None,  # k1 runs after 1120..1170 ends
     },
 }
 
@@ -245,6 +249,7 @@ def test_rocm_launch_names_join_and_infer_rocm(tmp_path: Path) -> None:
                 "cpu_ms": _stats([0.1]),
                 "kernel_ms": _stats([0.015]),
                 "kernel_span_ms": _stats([0.043]),  # 20 .. 63
+                "device_busy_ms": _stats([0.015]),  # the late kernel is outside 0..100
             }
         },
     )
@@ -424,9 +429,10 @@ def test_write_summary_writes_json_markdown_and_png(tmp_path: Path) -> None:
 def test_markdown_escapes_table_cells_and_handles_no_sections() -> None:
     base = {"traces": ["t.json"], "bytes": 10, "events": 1, "device": "cpu", "steps": None}
     stats = _stats([1.0])
-    sections = {"a|b": {"count": 1, "cpu_ms": stats, "kernel_ms": None, "kernel_span_ms": None}}
+    none = {"kernel_ms": None, "kernel_span_ms": None, "device_busy_ms": None}
+    sections = {"a|b": {"count": 1, "cpu_ms": stats, **none}}
     text = render_markdown(base | {"sections": sections})
-    assert "| a\\|b | 1 | 1.000 | 1.000 | – | – |" in text
+    assert "| a\\|b | 1 | 1.000 | 1.000 | – | – | – |\n" in text
     assert "No `record_function` sections" in render_markdown(base | {"sections": {}})
 
 

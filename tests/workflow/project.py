@@ -46,8 +46,39 @@ TINY_CONFIG = {
         "model": {"filters": [8, 16, 32], "strides": [1, 2, 2], "deep_supr_num": 1},
         "train": {"epochs": 2, "steps_per_epoch": 3, "batch_size": 4, "loader_workers": 1},
         "evaluate": {"batch_size": 16},
-        "profile": {"schedule": {"wait": 0, "warmup": 1, "active": 2, "repeat": 1}},
+        # active: steps 3 and 4, the last of epoch 0 and the first of epoch 1 (loader_first)
+        "profile": {"schedule": {"wait": 1, "warmup": 1, "active": 2, "repeat": 1}},
     },
+    "swinunetr": {
+        "model": {"roi": [64, 32, 32], "feature_size": 12, "depths": [1, 1, 1, 1]},
+        "train": {
+            "epochs": 2,
+            "steps_per_epoch": 2,
+            "num_samples": 2,
+            "warmup_epochs": 1,
+            "loader_workers": 1,
+        },
+        "evaluate": {"sw_batch_size": 2},
+        "profile": {"schedule": {"wait": 0, "warmup": 1, "active": 2, "repeat": 1}},
+        "runs": {"default": {}, "fp16": {"precision": "fp16"}},
+    },
+    "resnet50": {
+        "model": {"width": 8, "layers": [1, 1, 1, 1], "image_size": 32},
+        "train": {
+            "epochs": 2,
+            "steps_per_epoch": 3,
+            "batch_size": 8,
+            "optimizer": "lars",
+            "lr": 1.0,
+            "loader_workers": 1,
+        },
+        "evaluate": {"batch_size": 16, "loader_workers": 1},
+        "profile": {"schedule": {"wait": 1, "warmup": 1, "active": 2, "repeat": 1}},
+    },
+}
+TINY_CONFIG["datasets"] |= {
+    "nsclc": {"synthetic": {"patients": 4, "shape": [48, 48, 24]}},
+    "imagenet": {"synthetic": {"classes": 4, "train_per_class": 6, "val_per_class": 2}},
 }
 
 

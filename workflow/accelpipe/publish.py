@@ -17,11 +17,15 @@ RUN_FILES = (
     ("train", "model.pt", "model.pt"),
     ("train", "train_log.csv", "train_log.csv"),
     ("evaluate", "metrics.json", "metrics.json"),
-    ("evaluate", "per_case_dice.csv", "per_case_dice.csv"),
     ("trace", "summary.json", "trace_summary.json"),
     ("trace", "summary.md", "trace_summary.md"),
     ("trace", "step_breakdown.png", "step_breakdown.png"),
 )
+
+
+def _evaluation_tables(eval_dir: Path) -> list[Path]:
+    """The workload's per-item tables (per_case_dice.csv, per_class_accuracy.csv, ...)."""
+    return sorted(eval_dir.glob("*.csv"))
 
 
 def publish_run(stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: Path) -> None:
@@ -33,6 +37,8 @@ def publish_run(stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: 
             if not source.exists():
                 raise DataError(f"{source}: missing output of stage '{stage}'")
             shutil.copy2(source, tmp / target)
+        for table in _evaluation_tables(stage_dirs["evaluate"]):
+            shutil.copy2(table, tmp / table.name)
         write_json(tmp / "provenance.json", provenance.build(stage_dirs, config_slice))
 
 

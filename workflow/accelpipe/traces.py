@@ -12,14 +12,51 @@ What is kept per file is compact (``array`` columns): section intervals, step du
 launches and device kernels. They are joined at the end of each file with numpy:
 
 * A *section* is a CPU ``user_annotation`` ``X`` event (``record_function``) other than
-  ``ProfilerStep#N``; the GPU mirrors (``gpu_user_annotation``) are never counted.
+  ``ProfilerStep#N``, counted once per instance. Device mirrors of annotations
+  (``gpu_user_annotation``, or any other ``*_user_annotation`` category) are never sections, and
+  neither is a ``user_annotation`` on a device row (a pid/tid with kernels and no runtime
+  events; a defensive rule, no known producer writes such mirrors).
 * *Steps* are the ``ProfilerStep#N`` annotations.
-* A kernel joins to its launch (a runtime/driver event such as ``cudaLaunchKernel`` or
-  ``hipExtModuleLaunchKernel``, or any runtime event with the same ``args.correlation``). A launch
-  belongs to every section instance on the same pid/tid whose interval contains its ``ts``;
-  nested sections therefore each count the kernel.
-* ``kernel_ms`` sums durations of ``kernel`` events only; ``gpu_memcpy`` / ``gpu_memset`` are
-  device activity reported in ``device_activity`` and never in ``kernel_ms``.
+* ``kernel_ms`` / ``kernel_span_ms``: a kernel joins to the runtime event with the same
+  ``args.correlation`` (the launch); a launch belongs to every section instance on the same
+  pid/tid whose interval contains its ``ts``, so nested sections each count the kernel. All
+  kernels carrying one launch's correlation (a CUDA graph's kernels share their
+  ``cudaGraphLaunch``'s) count for that launch. Only ``kernel`` events are summed;
+  ``gpu_memcpy`` / ``gpu_memset`` are reported in ``device_activity`` only.
+* ``device_busy_ms``: the wall time inside each section instance's interval during which at
+  least one device kernel ran (union of all ``kernel`` intervals of that trace file, every device
+  and stream). It needs no correlation, so it is the per-section device figure for traces whose
+  kernels cannot be joined to launches (Gaudi). It measures overlap in time, not causation: with
+  asynchronous or lazy execution, kernels of one section may run inside another's interval.
+
+Event names and categories recognised, per producer (kineto's category is its ActivityType):
+
+* CUDA (CUPTI): runtime ``cuda_runtime`` and driver ``cuda_driver`` events; any of them with an
+  ``args.correlation`` can be a launch (``cudaLaunchKernel``, ``cudaLaunchKernelExC``,
+  ``cudaLaunchCooperativeKernel``, ``cudaGraphLaunch``, ``cuLaunchKernel``, ``cuLaunchKernelEx``,
+  their ``_ptsz`` forms, ...). Device rows: ``kernel``, ``gpu_memcpy``, ``gpu_memset``,
+  ``gpu_user_annotation``; ``cuda_sync`` / ``cuda_event`` rows are device hints, not activity.
+* ROCm (roctracer / rocprofiler-sdk in kineto): the same categories (runtime events are
+  ``cuda_runtime``; a ``hip_runtime``-style category is accepted too) with HIP names such as
+  ``hipLaunchKernel``, ``hipExtLaunchKernel``, ``hipModuleLaunchKernel``,
+  ``hipExtModuleLaunchKernel``, ``hipLaunchCooperativeKernel``, ``hipGraphLaunch``.
+* Gaudi (``ProfilerActivity.HPU``, the habana_frameworks bridge's kineto plugin): device ops
+  are ``kernel`` events (pid = device, tid = engine) whose args hold ``device`` and recipe
+  metadata but no ``correlation``; DMA may be ``gpu_memcpy`` / ``gpu_memset``; bridge and
+  runtime rows are ``hpu_op`` and ``privateuse1_runtime`` (treated as runtime events: launches
+  when they carry a correlation). This is read from the bridge's source; no Gaudi trace was
+  available. So on Gaudi, kernel stats are normally None, the kernels count in
+  ``device_activity`` and ``kernels_without_launch``, and ``device_busy_ms`` gives the
+  per-section device time. Should a future bridge write correlations, the join applies.
+* Other categories (``cpu_op``, ``python_function``, flows, instant events, ...) are skipped;
+  an unknown category is treated as a runtime event when its name looks like a launch
+  (``cu*``/``cuda*``/``hip*``/``syn*`` containing ``Launch``).
+
+``device`` is inferred from, in order: runtime names (``hip*``/``hsa_*`` → rocm, ``syn*`` → hpu,
+``cu*``/``cuda*`` → cuda) and categories (``hpu``/``synapse``/``habana`` → hpu, ``hip`` → rocm),
+Gaudi recipe args on kernels (hpu); then, when there is device activity, ``deviceProperties``
+(AMD/gfx → rocm, Gaudi/Habana → hpu), a ``privateuse1_*`` category (hpu: the only such
+backend here), else cuda; with no device events at all, cpu.
 
 Timestamps in chrome traces are microseconds; every reported duration is milliseconds.
 """
@@ -68,22 +105,22 @@ _STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _GAP_WIDTH = 16  # gaps between events up to this long are checked vectorised
 _MAX_EVENT_BYTES = 256 << 20  # bounds memory when a stray '{' or '"' hides every event end
 
-_LAUNCH_NAMES = frozenset(
-    {
-        "cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "hipLaunchKernel",
-        "hipExtModuleLaunchKernel",
-        "hipModuleLaunchKernel",
-        "hipExtLaunchKernel",
-    }
+# An event of an unknown category whose name looks like a kernel launch is a runtime event.
+_LAUNCH_RE = re.compile(r"(?:cuda|cu|hip|syn)(?:[A-Z_]\w*)?Launch\w*")
+# Runtime call names that tell the vendor (looked at once per distinct name).
+_NAME_HINTS = (
+    (re.compile(r"hip[A-Z_]|hsa_"), "rocm"),
+    (re.compile(r"syn[A-Z]"), "hpu"),
+    (re.compile(r"cu(?:da)?[A-Z_]"), "cuda"),
 )
 _KERNEL_CATS = frozenset({"kernel"})
 _MEMCPY_CATS = frozenset({"gpu_memcpy", "memcpy"})
 _MEMSET_CATS = frozenset({"gpu_memset", "memset"})
-_GPU_HINT_CATS = frozenset({"gpu_user_annotation", "cuda_runtime", "cuda_driver"})
+_HOST_RUNTIME_CATS = frozenset({"hpu_op"})  # kineto: "HPU host side runtime event"
+_GPU_HINT_CATS = frozenset(
+    {"gpu_user_annotation", "cuda_runtime", "cuda_driver", "cuda_sync", "cuda_event"}
+)
+_HPU_KERNEL_ARGS = ("recipeId", "recipeName")  # Gaudi bridge metadata on device ops
 _NUM = (int, float)  # compared with type(), so bools are not numbers here
 
 
@@ -112,6 +149,7 @@ class _Scan:
         self.kern_corr = array("q")
         self.kern_ts = array("d")
         self.kern_dur = array("d")
+        self.kern_rows: set[tuple[Any, Any]] = set()  # (pid, tid) of rows carrying kernels
         self.activity = {k: [0, 0.0] for k in ("kernel", "gpu_memcpy", "gpu_memset")}
         self.hints: set[str] = set()
         self.kinds: dict[str, str] = {}
@@ -128,17 +166,21 @@ class _Scan:
     def classify(self, cat: str) -> str:
         """Role of an event category (cached: a trace has only a handful of them)."""
         low = cat.lower()
-        if "hpu" in low or "synapse" in low:
+        if "hpu" in low or "synapse" in low or "habana" in low:
             self.hints.add("hpu")
+        if low.startswith("privateuse1"):
+            self.hints.add("privateuse1")
         if low == "user_annotation":
             kind = "annotation"
+        elif low.endswith("user_annotation"):  # gpu_user_annotation & co: device mirrors
+            kind = "mirror"
         elif low in _KERNEL_CATS:
             kind = "kernel"
         elif low in _MEMCPY_CATS:
             kind = "gpu_memcpy"
         elif low in _MEMSET_CATS:
             kind = "gpu_memset"
-        elif "runtime" in low or "driver" in low:
+        elif "runtime" in low or "driver" in low or low in _HOST_RUNTIME_CATS:
             kind = "runtime"
         else:
             kind = "other"
@@ -151,14 +193,14 @@ class _Scan:
 
     def add_many(self, events: list) -> None:
         """Record decoded (non-bulk) events. Kernels and launches, the hot paths, are inline."""
-        kinds, names = self.kinds, self.launch_names
+        kinds, names, kern_rows = self.kinds, self.launch_names, self.kern_rows
         for ev in events:
             cat = ev.get("cat")
             if type(cat) is not str:
                 continue
             kind = kinds.get(cat) or self.classify(cat)
             ts = ev.get("ts")
-            if kind == "runtime" or (kind == "other" and ev.get("name") in _LAUNCH_NAMES):
+            if kind == "runtime" or (kind == "other" and self._looks_like_launch(ev)):
                 name = ev.get("name")
                 if name not in names:
                     self._launch_name(name)
@@ -168,21 +210,48 @@ class _Scan:
                     self.launch_thread.append(self.thread(ev))
                     self.launch_ts.append(ts)
                 continue
-            if kind == "other" or ev.get("ph") != "X":
+            if kind == "other" or kind == "mirror" or ev.get("ph") != "X":
                 continue
             dur = ev.get("dur")
             if type(ts) not in _NUM or type(dur) not in _NUM:
                 continue
             if kind == "kernel":
-                self.kern_corr.append(_correlation(ev))
+                corr = _correlation(ev)
+                if corr < 0:
+                    self._uncorrelated_kernel(ev)
+                self.kern_corr.append(corr)
                 self.kern_ts.append(ts)
                 self.kern_dur.append(dur)
+                try:  # noqa: SIM105 (a hot path: contextlib.suppress costs more)
+                    kern_rows.add((ev.get("pid"), ev.get("tid")))
+                except TypeError:  # a list or object as pid/tid: not a device row we know
+                    pass
             if kind == "annotation":
                 self._annotation(ev, ts, dur)
             else:
                 totals = self.activity[kind]
                 totals[0] += 1
                 totals[1] += dur
+
+    @staticmethod
+    def _looks_like_launch(ev: dict) -> bool:
+        name = ev.get("name")
+        return type(name) is str and _LAUNCH_RE.fullmatch(name) is not None
+
+    def _uncorrelated_kernel(self, ev: dict) -> None:
+        """Gaudi's device ops carry recipe metadata and no correlation."""
+        args = ev.get("args")
+        if "hpu" in self.hints or type(args) is not dict:
+            return
+        if any(k in args for k in _HPU_KERNEL_ARGS):
+            self.hints.add("hpu")
+
+    def device_rows(self) -> np.ndarray:
+        """Thread ids of rows with kernels and no runtime events: device rows. (A host row
+        that shares a device row's pid/tid, say pid 1 in a container, has launches.)"""
+        rows = {self.threads[k] for k in self.kern_rows if k in self.threads}
+        rows -= set(np.unique(np.frombuffer(self.launch_thread, np.int32)).tolist())
+        return np.fromiter(rows, np.int32, len(rows))
 
     def _annotation(self, ev: dict, ts: float, dur: float) -> None:
         name = ev.get("name")
@@ -199,18 +268,22 @@ class _Scan:
         """Device hint from a runtime call name, looked at once per distinct name."""
         if isinstance(name, str):
             self.launch_names.add(name)
-            if name.startswith("hip"):
-                self.hints.add("rocm")
-            elif name.startswith("cu"):
-                self.hints.add("cuda")
+            for pattern, device in _NAME_HINTS:
+                if pattern.match(name):
+                    self.hints.add(device)
+                    break
 
     def device_properties(self, value: Any) -> None:
         """Vendor hints from the top-level ``deviceProperties`` kineto writes. Used only to
-        tell which GPU ran device events: the list is present in CPU-only profiles too."""
+        tell which device ran device events: the list is present in CPU-only profiles too.
+        Every string value is looked at (CUDA and ROCm write ``name``; ROCm ``gcnArchName``;
+        what the Gaudi bridge writes is not known here)."""
         if not isinstance(value, list):
             return
         for dev in value:
-            text = str(dev.get("name", "")).lower() if isinstance(dev, dict) else ""
+            if not isinstance(dev, dict):
+                continue
+            text = " ".join(v for v in dev.values() if isinstance(v, str)).lower()
             if any(k in text for k in ("amd", "radeon", "instinct", "gfx")):
                 self.hints.add("props:rocm")
             elif any(k in text for k in ("gaudi", "hpu", "habana")):
@@ -587,15 +660,17 @@ class _Sections:
         self.cpu: dict[str, array] = {}
         self.kernel: dict[str, array] = {}
         self.span: dict[str, array] = {}
+        self.busy: dict[str, array] = {}
         self.with_kernels: set[str] = set()
+        self.with_busy: set[str] = set()
 
-    def extend(
-        self, name: str, cpu: np.ndarray, kern: np.ndarray, span: np.ndarray, has: np.ndarray
-    ) -> None:
-        for store, values in ((self.cpu, cpu), (self.kernel, kern), (self.span, span)):
-            store.setdefault(name, array("d")).extend(values.tolist())
+    def extend(self, name: str, columns: dict[str, np.ndarray], has: np.ndarray) -> None:
+        for key in ("cpu", "kernel", "span", "busy"):
+            getattr(self, key).setdefault(name, array("d")).extend(columns[key].tolist())
         if has.any():
             self.with_kernels.add(name)
+        if (columns["busy"] > 0).any():
+            self.with_busy.add(name)
 
 
 def _kernels_by_correlation(scan: _Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -627,12 +702,46 @@ def _range_reduce(
     return out
 
 
+def _busy_within(scan: _Scan, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Time in each ``[start, end]`` covered by at least one kernel (any device or stream)."""
+    if not len(scan.kern_ts) or not len(start):
+        return np.zeros(len(start))
+    ts = np.frombuffer(scan.kern_ts, np.float64)
+    order = np.argsort(ts, kind="stable")
+    k_start = ts[order]
+    k_end = np.frombuffer(scan.kern_dur, np.float64)[order]
+    del order  # a few arrays the size of the kernel columns at a time: they can be large
+    np.maximum(k_end, 0.0, out=k_end)
+    k_end += k_start
+    # Merge overlapping kernels into disjoint busy intervals.
+    reach = np.maximum.accumulate(k_end)
+    opens = np.flatnonzero(k_start[1:] > reach[:-1])
+    del reach
+    opens += 1
+    opens = np.concatenate(([0], opens))
+    b_start = k_start[opens]
+    b_end = np.maximum.reduceat(k_end, opens)
+    del k_start, k_end, opens
+    before = np.concatenate(([0.0], np.cumsum(b_end - b_start)))
+
+    def covered(t: np.ndarray) -> np.ndarray:  # busy time in (-inf, t]
+        k = np.searchsorted(b_start, t, side="right")  # intervals starting at or before t
+        over = np.where(k > 0, b_end[np.maximum(k - 1, 0)] - t, 0.0)
+        return before[k] - np.maximum(over, 0.0)
+
+    return np.maximum(covered(end) - covered(start), 0.0)
+
+
 def _join(scan: _Scan, sections: _Sections) -> int:
     """Attach kernels to section instances; returns the number of kernels with no launch."""
-    n = len(scan.sec_ts)
     sec_thread = np.frombuffer(scan.sec_thread, np.int32)
-    sec_ts = np.frombuffer(scan.sec_ts, np.float64)
-    sec_dur = np.frombuffer(scan.sec_dur, np.float64)
+    # An annotation on a device row is a device mirror, whatever its category.
+    keep = ~np.isin(sec_thread, scan.device_rows())
+    sec_thread = sec_thread[keep]
+    sec_ts = np.frombuffer(scan.sec_ts, np.float64)[keep]
+    sec_dur = np.frombuffer(scan.sec_dur, np.float64)[keep]
+    names = np.frombuffer(scan.sec_name, np.int32)[keep]
+    n = len(sec_ts)
     kern, first, last = np.zeros(n), np.full(n, np.inf), np.full(n, -np.inf)
     orphans = len(scan.kern_corr)
     if len(scan.kern_corr) and len(scan.launch_corr):
@@ -660,10 +769,12 @@ def _join(scan: _Scan, sections: _Sections) -> int:
             last[rows] = _range_reduce(np.maximum, k_last[sel], lo, hi, -np.inf)
     has = last >= first
     span = np.where(has, last - first, 0.0)
-    names = np.frombuffer(scan.sec_name, np.int32)
+    busy = _busy_within(scan, sec_ts, sec_ts + sec_dur)
     for name, idx in scan.names.items():
         rows = names == idx
-        sections.extend(name, sec_dur[rows], kern[rows], span[rows], has[rows])
+        if rows.any():
+            columns = {"cpu": sec_dur[rows], "kernel": kern[rows], "span": span[rows]}
+            sections.extend(name, columns | {"busy": busy[rows]}, has[rows])
     return orphans
 
 
@@ -679,8 +790,9 @@ def _stats_ms(values_us: Sequence[float]) -> dict[str, float]:
 
 
 def _device(hints: set[str]) -> str:
-    """cpu/cuda/rocm/hpu from what the events showed: launch names (``hip*`` vs ``cu*``) and
-    categories first, then ``deviceProperties`` for device events with no telling launch."""
+    """cpu/cuda/rocm/hpu from what the events showed: runtime names and categories first,
+    then, for device events with no telling name or category, ``deviceProperties`` and a
+    ``privateuse1`` category (see the module docstring)."""
     for device in ("rocm", "hpu", "cuda"):
         if device in hints:
             return device
@@ -689,7 +801,7 @@ def _device(hints: set[str]) -> str:
     for device in ("rocm", "hpu"):
         if f"props:{device}" in hints:
             return device
-    return "cuda"
+    return "hpu" if "privateuse1" in hints else "cuda"
 
 
 # --------------------------------------------------------------------------- public API
@@ -700,10 +812,12 @@ def summarize_traces(paths: Sequence[str | Path]) -> dict:
 
     Returns a JSON-serializable dict: ``traces``, ``bytes`` (uncompressed), ``events``,
     ``device`` (cpu/cuda/rocm/hpu, inferred), ``steps`` (``ProfilerStep#N`` durations, or None),
-    ``sections`` (per ``record_function`` name: ``count``, ``cpu_ms``, ``kernel_ms`` and
-    ``kernel_span_ms`` stats over instances; the kernel stats are None for a section that never
-    launched a kernel, otherwise instances without kernels count as 0) and ``device_activity``
-    (count and total ms of kernels, memcpys and memsets; ``kernels_without_launch``).
+    ``sections`` (per ``record_function`` name: ``count``, ``cpu_ms``, ``kernel_ms``,
+    ``kernel_span_ms`` and ``device_busy_ms`` stats over instances; the kernel stats are None
+    for a section that never launched a kernel, ``device_busy_ms`` None for one that never
+    overlapped a kernel; otherwise instances without count as 0) and ``device_activity``
+    (count and total ms of kernels, memcpys and memsets; ``kernels_without_launch``: kernels
+    with no runtime event of the same correlation, e.g. all kernels of a Gaudi trace).
     Stats are ``{"min", "mean", "median", "max", "total"}`` in milliseconds.
 
     Raises DataError naming the file if a trace is missing, truncated or malformed.
@@ -743,12 +857,13 @@ class _Totals:
         out: dict[str, dict] = {}
         # Most expensive sections first: the order readers scan the table and plot in.
         for name in sorted(sec.cpu, key=lambda k: (-sum(sec.cpu[k]), k)):
-            kernels = name in sec.with_kernels
+            kernels, busy = name in sec.with_kernels, name in sec.with_busy
             out[name] = {
                 "count": len(sec.cpu[name]),
                 "cpu_ms": _stats_ms(sec.cpu[name]),
                 "kernel_ms": _stats_ms(sec.kernel[name]) if kernels else None,
                 "kernel_span_ms": _stats_ms(sec.span[name]) if kernels else None,
+                "device_busy_ms": _stats_ms(sec.busy[name]) if busy else None,
             }
         activity = {
             k: {"count": c, "total_ms": round(d / 1e3, 6)} for k, (c, d) in self.activity.items()
@@ -782,6 +897,13 @@ def render_markdown(summary: dict) -> str:
     lines.append(f"- Device: {summary['device']}")
     mb = summary["bytes"] / 2**20
     lines.append(f"- Events: {summary['events']:,} ({mb:,.1f} MiB of JSON)")
+    activity = summary.get("device_activity") or {}
+    orphans, kernels = activity.get("kernels_without_launch"), activity.get("kernel")
+    if orphans and kernels:
+        lines.append(
+            f"- Kernels not joined to a launch (no correlation): {orphans:,} of "
+            f"{kernels['count']:,}; they count in device busy time (overlap), not in kernel time"
+        )
     steps = summary.get("steps")
     if steps:
         ms = steps["ms"]
@@ -796,22 +918,23 @@ def render_markdown(summary: dict) -> str:
         lines.append("No `record_function` sections in the trace.")
         return "\n".join(lines) + "\n"
     lines.append(
-        "| Section | Count | CPU mean ms | CPU total ms | Kernel mean ms | Kernel span mean ms |"
+        "| Section | Count | CPU mean ms | CPU total ms | Kernel mean ms | Kernel span mean ms "
+        "| Device busy mean ms |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
     for name, sec in summary["sections"].items():
-        kern, span = sec["kernel_ms"], sec["kernel_span_ms"]
+        kern, span, busy = sec["kernel_ms"], sec["kernel_span_ms"], sec.get("device_busy_ms")
         lines.append(
             f"| {_cell(name)} | {sec['count']} | {_fmt(sec['cpu_ms']['mean'])} | "
             f"{_fmt(sec['cpu_ms']['total'])} | {_fmt(kern and kern['mean'])} | "
-            f"{_fmt(span and span['mean'])} |"
+            f"{_fmt(span and span['mean'])} | {_fmt(busy and busy['mean'])} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def plot_step_breakdown(summary: dict, png_path: str | Path, max_sections: int = 30) -> None:
-    """Horizontal bars of mean ms per section (CPU, and GPU kernel time where present),
-    with the mean step time as the top bar and a dashed reference line."""
+    """Horizontal bars of mean ms per section (CPU, and device kernel and busy time where
+    present), with the mean step time as the top bar and a dashed reference line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -824,10 +947,12 @@ def plot_step_breakdown(summary: dict, png_path: str | Path, max_sections: int =
     labels = [(n if len(n) <= 40 else n[:37] + "...").replace("$", r"\$") for n, _ in items]
     cpu = [sec["cpu_ms"]["mean"] for _, sec in items]
     kern = [(sec["kernel_ms"] or {}).get("mean", 0.0) for _, sec in items]
+    busy = [(sec.get("device_busy_ms") or {}).get("mean", 0.0) for _, sec in items]
     if steps:
         labels.insert(0, "step (ProfilerStep)")
         cpu.insert(0, steps["ms"]["mean"])
         kern.insert(0, 0.0)
+        busy.insert(0, 0.0)
     fig = Figure(figsize=(9, 1.6 + 0.4 * max(len(labels), 1)))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -842,7 +967,9 @@ def plot_step_breakdown(summary: dict, png_path: str | Path, max_sections: int =
             ax.axvline(cpu[0], color="tab:gray", linestyle="--", linewidth=1)
         ax.barh(y[first:], cpu[first:], height=0.7, color="tab:blue", label="CPU (mean ms)")
         if any(kern):
-            ax.barh(y, kern, height=0.35, color="tab:orange", label="GPU kernels (mean ms)")
+            ax.barh(y, kern, height=0.35, color="tab:orange", label="device kernels (mean ms)")
+        if any(busy):
+            ax.barh(y, busy, height=0.15, color="tab:green", label="device busy (mean ms)")
         ax.set_yticks(y, labels)
         ax.set_ylim(len(labels) - 0.5, -0.5)  # first row on top
         ax.set_xlabel("mean time per instance (ms)")
