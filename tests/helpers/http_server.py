@@ -11,19 +11,22 @@ recorded in `server.log`, so tests can assert that a resume happened.
         assert server.log[1].range == "bytes=1000-"
 
 Extend with `server.routes["/path"] = fn`, where `fn(handler)` writes a full response
-using the standard `BaseHTTPRequestHandler` API (`handler.send_response`, ...).
+using the standard `BaseHTTPRequestHandler` API (`handler.send_response`, ...) or the helpers
+`handler.send_bytes` and `handler.send_data` (bytes served like a file, with Range support).
+Routes match the path only; `handler.query` holds the query string's parameters.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 
@@ -48,6 +51,7 @@ class Request:
     range: str | None
     status: int = 0
     body_bytes: int = 0  # body bytes actually written to the socket
+    query: dict[str, str] = field(default_factory=dict)  # query-string parameters
 
 
 @dataclass
@@ -99,6 +103,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: FileServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (e.g. after an error status, unread body) is not a server bug.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
 
 class Handler(BaseHTTPRequestHandler):
     """Serves `owner.root` (or a route), applying `owner.faults`."""
@@ -117,8 +126,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, send_body: bool) -> None:
         owner = self.server.owner
-        path = unquote(urlsplit(self.path).path)
-        self.record = Request(self.command, path, self.headers.get("Range"))
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        self.query: dict[str, str] = dict(parse_qsl(url.query))
+        self.record = Request(self.command, path, self.headers.get("Range"), query=self.query)
         number = owner._record(self.record)
         faults = owner.faults
         if number < faults.error_first:
@@ -130,6 +141,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_bytes(404, b"not found\n")
         cut = faults.cut_after_bytes if number < faults.cut_first else None
         self._send_file(file.read_bytes(), send_body, cut, faults.ignore_range)
+
+    def send_data(self, data: bytes, *, cut: int | None = None) -> None:
+        """Answer with `data` as if it were a file: Range support, optional cut after N bytes."""
+        self._send_file(data, self.command != "HEAD", cut, ignore_range=False)
 
     def _send_file(self, data: bytes, send_body: bool, cut: int | None, ignore_range: bool) -> None:
         size = len(data)
