@@ -57,9 +57,9 @@ STAGE_CODE = {
         "imagenet": ["datasets/imagenet.py", DOWNLOAD],
     },
     "prepare": {
-        "brats": ["datasets/brats.py"],
-        "nsclc": ["datasets/nsclc.py", "datasets/dicom.py"],
-        "imagenet": ["datasets/imagenet.py"],
+        "brats": ["datasets/brats.py", "datasets/pool.py"],
+        "nsclc": ["datasets/nsclc.py", "datasets/dicom.py", "datasets/pool.py"],
+        "imagenet": ["datasets/imagenet.py", "datasets/pool.py"],
     },
     "train": {
         "unet2d": [

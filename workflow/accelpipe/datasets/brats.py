@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import multiprocessing
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
+from accelpipe.datasets.pool import map_tasks
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
 
@@ -534,18 +534,11 @@ def prepare(
 
 
 def _run(tasks: list, workers: int) -> Iterable[dict]:
-    """Map _prepare_case over tasks, in-process or on a process pool (fork where available)."""
-    if workers <= 1 or len(tasks) <= 1:
-        try:
-            yield from map(_prepare_case, tasks)
-        finally:
-            _SCRATCH.clear()  # do not keep a case-sized buffer alive in the caller
-        return
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ctx.Pool(min(workers, len(tasks))) as pool:
-        # imap_unordered: a worker holds one case at a time and returns only metadata.
-        yield from pool.imap_unordered(_prepare_case, tasks, chunksize=1)
+    """_prepare_case over tasks; a worker holds one case at a time and returns only metadata."""
+    try:
+        yield from map_tasks(_prepare_case, tasks, workers)
+    finally:
+        _SCRATCH.clear()  # in-process runs: do not keep a case-sized buffer alive in the caller
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,7 +34,6 @@ import contextlib
 import csv
 import gzip
 import io
-import multiprocessing
 import os
 import posixpath
 import re
@@ -57,6 +56,7 @@ from accelpipe.datasets.download import (
     md5sum,
     safe_extract,
 )
+from accelpipe.datasets.pool import map_tasks
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.io import atomic_path, read_json, write_json
 
@@ -616,17 +616,6 @@ def _index_class(task: tuple[str, str, str, int]) -> tuple[str, list[tuple]]:
     return split, rows
 
 
-def _run(tasks: list, workers: int) -> Iterator[tuple[str, list[tuple]]]:
-    """_index_class over tasks, in order, in-process or on a process pool (fork if possible)."""
-    if workers <= 1 or len(tasks) <= 1:
-        yield from map(_index_class, tasks)
-        return
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ctx.Pool(min(workers, len(tasks))) as pool:
-        yield from pool.imap(_index_class, tasks, chunksize=4)  # ordered: deterministic CSVs
-
-
 def index(root: str | Path, out: str | Path, *, workers: int = 1) -> Path:
     """Write the `index` variant (see the module docstring) of the ImageFolder `root` to `out`.
 
@@ -647,7 +636,7 @@ def index(root: str | Path, out: str | Path, *, workers: int = 1) -> Path:
                 fh = stack.enter_context((tmp / f"{split}.csv").open("w", newline=""))
                 writers[split] = csv.writer(fh, lineterminator="\n")
                 writers[split].writerow(CSV_HEADER)
-            for split, rows in _run(tasks, workers):
+            for split, rows in map_tasks(_index_class, tasks, workers, ordered=True, chunksize=4):
                 writers[split].writerows(rows)
                 counts[split] += len(rows)
         write_json(tmp / "classes.json", {"wnids": wnids, "words": words})

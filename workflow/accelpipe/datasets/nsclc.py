@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import uuid
 import warnings
@@ -43,6 +42,7 @@ import nibabel as nib
 import numpy as np
 
 from accelpipe.datasets import dicom
+from accelpipe.datasets.pool import map_tasks
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, write_json
 
@@ -452,7 +452,8 @@ def prepare(
     with atomic_path(out_dir) as tmp:
         (tmp / "images").mkdir(parents=True)
         (tmp / "labels").mkdir()
-        done = {m["patient"]: m for m in _run([(c, label, str(tmp)) for c in cases], workers)}
+        tasks = [(c, label, str(tmp)) for c in cases]
+        done = {m["patient"]: m for m in map_tasks(_prepare_case, tasks, workers)}
         write_json(tmp / "datalist.json", _datalist(done, train, val, label))
         meta = [done[p] for p in sorted(done)]
         config = {
@@ -467,17 +468,6 @@ def prepare(
         }
         write_json(tmp / "config.json", config)
     return Path(out_dir)
-
-
-def _run(tasks: list, workers: int) -> Iterable[dict]:
-    """Map _prepare_case over tasks, in-process or on a process pool (fork where available)."""
-    if workers <= 1 or len(tasks) <= 1:
-        yield from map(_prepare_case, tasks)
-        return
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ctx.Pool(min(workers, len(tasks))) as pool:
-        yield from pool.imap_unordered(_prepare_case, tasks, chunksize=1)
 
 
 # --------------------------------------------------------------------------------------------
