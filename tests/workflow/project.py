@@ -74,6 +74,11 @@ TINY_CONFIG = {
         },
         "evaluate": {"batch_size": 16, "loader_workers": 1},
         "profile": {"schedule": {"wait": 1, "warmup": 1, "active": 2, "repeat": 1}},
+        "runs": {
+            "bf16": {"precision": "bf16"},
+            "fp32": {"precision": "fp32"},
+            "graph": {"precision": "fp32", "compile": True},
+        },
     },
 }
 TINY_CONFIG["datasets"] |= {

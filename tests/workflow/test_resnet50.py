@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.workflow.project import REPO, Project, make_project
+from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
 pytestmark = pytest.mark.e2e
 
@@ -64,9 +64,26 @@ def test_prepared_index_lists_every_image(project: Project) -> None:
 
 def test_a_run_override_retrains_only_that_run(project: Project) -> None:
     assert project.planned_jobs(*RUNS) == {}
-    changed = 'resnet50={"runs":{"bf16":{"precision":"bf16","lr":0.5},"fp32":{"precision":"fp32"}}}'
+    runs = TINY_CONFIG["resnet50"]["runs"] | {"bf16": {"precision": "bf16", "lr": 0.5}}
+    changed = "resnet50=" + json.dumps({"runs": runs})
     jobs = project.planned_jobs(*RUNS, "--config", changed)
     assert jobs == {"train": 1, "evaluate": 1, "summarize_trace": 1, "publish_run": 1}
+
+
+def test_graph_mode_trains_like_eager(project: Project) -> None:
+    """`compile: true` runs the stage through torch.compile (inductor on CPU)."""
+    project.snakemake("work/resnet50/graph/train")
+    work = project.root / "work/resnet50"
+    assert json.loads((work / "graph/train/stage.json").read_text())["compiled"] is True
+    eager, graph = (_losses(work / run / "train/train_log.csv") for run in ("fp32", "graph"))
+    assert len(graph) == len(eager) == 6
+    # Same seed, same batches, same fp32 maths up to the compiler's fusion and reordering.
+    assert graph[0] == pytest.approx(eager[0], rel=1e-3)
+
+
+def _losses(log: Path) -> list[float]:
+    with log.open() as f:
+        return [float(r["loss"]) for r in csv.DictReader(f)]
 
 
 @pytest.mark.slow
