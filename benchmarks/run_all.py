@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("bench_prepare.py", "bench_loader.py", "bench_trace_summary.py", "bench_dag.py")
+BENCHMARKS = (
+    "bench_prepare.py",
+    "bench_loader.py",
+    "bench_trace_summary.py",
+    "bench_dag.py",
+    "bench_swinunetr.py",
+    "bench_resnet50.py",
+)
 
 
 def main() -> None:
