@@ -1,5 +1,6 @@
 # accelpipe: dataset -> prepare -> train -> evaluate -> trace summary -> results.
-# Targets: results/unet2d/fold<k>, results/unet2d/cv. See README.md.
+# Targets: results/unet2d/fold<k>, results/unet2d/cv, results/swinunetr/<run>,
+# results/resnet50/<run> (runs named in config.yaml). See README.md.
 from snakemake.utils import min_version
 
 min_version("9.0")
