@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe.config import TrainConfig, validate, view
+from accelpipe.config import TrainConfig, run_train, validate, view
 from accelpipe.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,3 +90,30 @@ def test_view_builds_the_typed_train_config() -> None:
     train = view(TrainConfig, validate({})["unet2d"]["train"])
     assert isinstance(train, TrainConfig)
     assert train.lr == 0.001 and train.precision == "auto" and train.steps_per_epoch is None
+
+
+def test_named_runs_override_the_train_block() -> None:
+    config = validate({"resnet50": {"runs": {"fast": {"lr": "0.5", "compile": "true"}}}})
+    settings = run_train(config["resnet50"], "resnet50", "fast")
+    assert settings["lr"] == 0.5 and settings["compile"] is True
+    assert settings["batch_size"] == config["resnet50"]["train"]["batch_size"]  # not overridden
+    assert run_train(config["unet2d"], "unet2d", "fold3") == config["unet2d"]["train"]  # folds
+
+
+@pytest.mark.parametrize(
+    ("runs", "named"),
+    [
+        ({"fast": {"lrr": 1}}, "'resnet50.runs.fast.lrr'"),
+        ({"cv": {}}, "'resnet50.runs'"),
+    ],
+)
+def test_bad_runs_are_named(runs: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate({"resnet50": {"runs": runs}})
+    assert named in str(err.value)
+
+
+def test_unknown_run_names_the_known_ones() -> None:
+    config = validate({})
+    with pytest.raises(ConfigError, match=r"has no run 'nope' \(known: bf16, fp32\)"):
+        run_train(config["resnet50"], "resnet50", "nope")

@@ -65,3 +65,18 @@ def test_unknown_backend_and_precision_are_config_errors() -> None:
 
 def test_profiler_activities_follow_the_backend() -> None:
     assert devices.resolve("cpu").profiler_activities() == [torch.profiler.ProfilerActivity.CPU]
+
+
+def test_a_workload_may_redefine_auto_precision_per_backend() -> None:
+    from accelpipe.workloads.swinunetr import AUTO_PRECISION
+
+    assert AUTO_PRECISION == {"rocm": "fp16"}  # the seed measured bf16 slower on MI300X
+    assert devices.resolve("cpu", "auto", auto={"cpu": "bf16"}).precision == "bf16"
+    assert devices.resolve("cpu", "auto", auto=AUTO_PRECISION).precision == "fp32"
+    assert devices.resolve("cpu", "fp16", auto={"cpu": "bf16"}).precision == "fp16"  # explicit wins
+
+
+def test_loss_scaling_only_for_fp16() -> None:
+    assert devices.resolve("cpu", "fp16").grad_scaler().is_enabled()
+    assert not devices.resolve("cpu", "bf16").grad_scaler().is_enabled()
+    assert not devices.resolve("cpu", "fp32").grad_scaler().is_enabled()
