@@ -34,16 +34,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import dataclasses
 import itertools
 import json
 import math
-import os
 import statistics
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from operator import truediv
 from pathlib import Path
 from typing import Any
@@ -55,9 +52,16 @@ from accelpipe import devices, optim
 from accelpipe.config import ProfileConfig, TrainConfig, validate, view
 from accelpipe.datasets import imagenet
 from accelpipe.datasets.imagefolder import IndexedImages, TrainTransform, make_loader
-from accelpipe.engines.torch_trainer import LOG_FIELDS, Trainer, TrainJob
 from accelpipe.models.resnet50 import ResNet
 from accelpipe.workloads.resnet50 import build_model
+from benchmarks.step_harness import (
+    Batch,
+    TrainerSteps,
+    alternate,
+    loader_rate,
+    same_weights,
+    timed,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 0.95
@@ -65,7 +69,6 @@ FULL_MODEL = {"width": 64, "layers": [3, 4, 6, 3], "image_size": 224}
 FULL_BATCH, FULL_CLASSES = 256, 1000
 # Synthetic JPEGs near ImageNet's typical 500x375 for --full, so decoding costs what it does.
 FULL_JPEG_SIZE = [500, 375]
-Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def make_batches(
@@ -79,49 +82,6 @@ def make_batches(
         label = torch.randint(0, classes, (batch,), generator=gen)
         out.append((image.to(device.torch_device), label.to(device.torch_device)))
     return out
-
-
-class Ours:
-    """The real step path: Trainer._run_epoch (loader replaced by the fixed batches)."""
-
-    def __init__(
-        self,
-        model_cfg: dict[str, Any],
-        classes: int,
-        train_cfg: TrainConfig,
-        device: devices.Device,
-        batches: list[Batch],
-        work_dir: Path,
-        profile: ProfileConfig,
-    ) -> None:
-        torch.manual_seed(train_cfg.seed)
-        job = TrainJob(
-            build_model(model_cfg, classes),
-            torch.nn.CrossEntropyLoss(label_smoothing=train_cfg.label_smoothing),
-            lambda epoch: itertools.islice(itertools.cycle(batches), job.steps_per_epoch),
-            train_cfg.steps_per_epoch,
-        )
-        self.trainer = Trainer(job, device, train_cfg, ProfileConfig(enabled=False), work_dir)
-        self.profile = profile
-        self.sink = open(os.devnull, "w", newline="")  # noqa: SIM115 - closed in close()
-        # The rank-0 log row is part of every step, as in Trainer.fit.
-        self.writer = csv.DictWriter(self.sink, fieldnames=LOG_FIELDS)
-
-    def run(self, steps: int, profiled: bool = False) -> None:
-        trainer = self.trainer
-        trainer.job.steps_per_epoch = steps
-        if not profiled:
-            trainer._run_epoch(self.writer, None)
-            return
-        trainer.profile = self.profile
-        try:
-            with trainer._profiler() as prof:
-                trainer._run_epoch(self.writer, prof)
-        finally:
-            trainer.profile = ProfileConfig(enabled=False)
-
-    def close(self) -> None:
-        self.sink.close()
 
 
 class Minimal:
@@ -176,21 +136,6 @@ class Minimal:
             self.optim.step()
 
 
-def timed(fn: Callable[[], None], device: devices.Device) -> tuple[float, float]:
-    """(wall, process CPU) seconds of `fn()`; device work finished on both clocks."""
-    sync = torch.cuda.synchronize if device.torch_device.type == "cuda" else (lambda: None)
-    sync()
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    sync()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
-def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
 def measure_steps(
     model_cfg: dict[str, Any],
     classes: int,
@@ -202,23 +147,19 @@ def measure_steps(
 ) -> dict[str, Any]:
     size, batch = model_cfg["image_size"], train_cfg.batch_size
     batches = make_batches(args.distinct_batches, batch, size, classes, device, seed=0)
-    ours = Ours(model_cfg, classes, train_cfg, device, batches, tmp / "work", profile)
+    torch.manual_seed(train_cfg.seed)
+    loss = torch.nn.CrossEntropyLoss(label_smoothing=train_cfg.label_smoothing)
+    model = build_model(model_cfg, classes)
+    ours = TrainerSteps(model, loss, train_cfg, device, batches, tmp / "work", profile)
     minimal = Minimal(model_cfg, classes, train_cfg, device, batches)
     same_init = same_weights(ours.trainer.model, minimal.model)
-    variants: dict[str, Callable[[], None]] = {
-        "ours": lambda: ours.run(args.steps),
-        "minimal": lambda: minimal.run(args.steps),
-    }
-    timed(lambda: ours.run(args.warmup_steps), device)
-    timed(lambda: minimal.run(args.warmup_steps), device)
-    wall: dict[str, list[float]] = {name: [] for name in variants}
-    cpu: dict[str, list[float]] = {name: [] for name in variants}
-    names = list(variants)
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:  # A B B A A B ...
-            w, c = timed(variants[name], device)
-            wall[name].append(w / args.steps)
-            cpu[name].append(c / args.steps)
+    wall, cpu = alternate(
+        {"ours": ours.run, "minimal": minimal.run},
+        args.rounds,
+        args.steps,
+        args.warmup_steps,
+        device,
+    )
     img_s = {name: batch / statistics.median(t) for name, t in wall.items()}
     out: dict[str, Any] = {
         "same_init": same_init,
@@ -267,14 +208,7 @@ def measure_loader(
         drop_last=True,
     )
     it = _passes(loader)
-    started = time.perf_counter()
-    next(it)  # worker start-up: not throughput
-    first = time.perf_counter() - started
-    images = 0
-    started = time.perf_counter()
-    for image, _ in itertools.islice(it, batches):
-        images += image.shape[0]
-    rate = images / (time.perf_counter() - started)
+    first, rate = loader_rate(it, batches)
     it.close()
     del loader  # stop the persistent workers before the step timing
     return {

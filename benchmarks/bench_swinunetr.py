@@ -30,15 +30,12 @@ a core, and single rounds swing several-fold; `--threads 1` keeps the ratio stea
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import itertools
 import json
-import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from operator import truediv
 from pathlib import Path
 from typing import Any
@@ -51,13 +48,19 @@ from monai.networks.nets import SwinUNETR
 from accelpipe import devices
 from accelpipe.config import ProfileConfig, TrainConfig, run_train, validate, view
 from accelpipe.datasets import nsclc, volumes
-from accelpipe.engines.torch_trainer import LOG_FIELDS, Trainer, TrainJob
 from accelpipe.models.swinunetr import build_model
 from accelpipe.workloads.swinunetr import AUTO_PRECISION
+from benchmarks.step_harness import (
+    Batch,
+    TrainerSteps,
+    alternate,
+    loader_rate,
+    same_weights,
+    timed,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 1.05
-Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def make_batches(n: int, crops: int, roi: list[int], seed: int) -> list[Batch]:
@@ -69,48 +72,6 @@ def make_batches(n: int, crops: int, roi: list[int], seed: int) -> list[Batch]:
         label = (torch.rand(crops, 1, *roi, generator=gen) > 0.9).float()
         out.append((image, label))
     return out
-
-
-class Ours:
-    """The real step path: Trainer._run_epoch (loader replaced by the fixed batches)."""
-
-    def __init__(
-        self,
-        model_cfg: dict[str, Any],
-        train_cfg: TrainConfig,
-        device: devices.Device,
-        batches: list[Batch],
-        work_dir: Path,
-        profile: ProfileConfig,
-    ) -> None:
-        torch.manual_seed(train_cfg.seed)
-        job = TrainJob(
-            build_model(model_cfg),
-            DiceCELoss(sigmoid=True),
-            lambda epoch: itertools.islice(itertools.cycle(batches), job.steps_per_epoch),
-            train_cfg.steps_per_epoch,
-        )
-        self.trainer = Trainer(job, device, train_cfg, ProfileConfig(enabled=False), work_dir)
-        self.profile = profile
-        self.sink = open(os.devnull, "w", newline="")  # noqa: SIM115 - closed in close()
-        # The rank-0 log row is part of every step, as in Trainer.fit.
-        self.writer = csv.DictWriter(self.sink, fieldnames=LOG_FIELDS)
-
-    def run(self, steps: int, profiled: bool = False) -> None:
-        trainer = self.trainer
-        trainer.job.steps_per_epoch = steps
-        if not profiled:
-            trainer._run_epoch(self.writer, None)
-            return
-        trainer.profile = self.profile
-        try:
-            with trainer._profiler() as prof:
-                trainer._run_epoch(self.writer, prof)
-        finally:
-            trainer.profile = ProfileConfig(enabled=False)
-
-    def close(self) -> None:
-        self.sink.close()
 
 
 class Minimal:
@@ -144,18 +105,6 @@ class Minimal:
             self.optim.step()
 
 
-def timed(fn: Callable[[], None]) -> tuple[float, float]:
-    """(wall, process CPU) seconds of `fn()`: CPU time is less hit by other jobs' load."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
-def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
 def measure_steps(
     block: dict[str, Any], train_cfg: TrainConfig, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
@@ -163,23 +112,20 @@ def measure_steps(
     crops = train_cfg.batch_size * block["train"]["num_samples"]
     batches = make_batches(args.distinct_batches, crops, block["model"]["roi"], seed=0)
     profile = ProfileConfig.from_slice(block.get("profile", {}))
-    ours = Ours(block["model"], train_cfg, device, batches, tmp / "work", profile)
+    torch.manual_seed(train_cfg.seed)
+    model = build_model(block["model"])
+    ours = TrainerSteps(
+        model, DiceCELoss(sigmoid=True), train_cfg, device, batches, tmp / "work", profile
+    )
     minimal = Minimal(block["model"], train_cfg, batches)
     same_init = same_weights(ours.trainer.model, minimal.model)
-    variants: dict[str, Callable[[], None]] = {
-        "ours": lambda: ours.run(args.steps),
-        "minimal": lambda: minimal.run(args.steps),
-    }
-    ours.run(args.warmup_steps)
-    minimal.run(args.warmup_steps)
-    wall: dict[str, list[float]] = {name: [] for name in variants}
-    cpu: dict[str, list[float]] = {name: [] for name in variants}
-    names = list(variants)
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:  # A B B A A B ...
-            w, c = timed(variants[name])
-            wall[name].append(w / args.steps)
-            cpu[name].append(c / args.steps)
+    wall, cpu = alternate(
+        {"ours": ours.run, "minimal": minimal.run},
+        args.rounds,
+        args.steps,
+        args.warmup_steps,
+        device,
+    )
     step_ms = {name: statistics.median(t) * 1e3 for name, t in wall.items()}
     cpu_ms = {name: statistics.median(t) * 1e3 for name, t in cpu.items()}
     out: dict[str, Any] = {
@@ -200,7 +146,7 @@ def measure_steps(
         # per-step cost while the profiler is on, against the minimal loop's median.
         s = profile.schedule
         steps = max(args.steps, (s.wait + s.warmup + s.active) * max(s.repeat, 1))
-        w, _ = timed(lambda: ours.run(steps, profiled=True))
+        w, _ = timed(lambda: ours.run(steps, profiled=True), device)
         out["profiled_steps"] = steps
         out["step_ms_profiled"] = round(w / steps * 1e3, 1)
         out["ratio_profiled"] = round(w / steps * 1e3 / step_ms["minimal"], 4)
@@ -226,14 +172,7 @@ def measure_loader(
     )
     cache_fill = time.perf_counter() - started
     pairs = volumes.endless_pairs(loader)
-    started = time.perf_counter()
-    next(pairs)  # worker start-up: not throughput
-    first = time.perf_counter() - started
-    crops = 0
-    started = time.perf_counter()
-    for image, _ in itertools.islice(pairs, batches):
-        crops += image.shape[0]
-    rate = crops / (time.perf_counter() - started)
+    first, rate = loader_rate(pairs, batches)
     pairs.close()
     del loader  # stop the persistent workers before the step timing
     return {
