@@ -94,3 +94,14 @@ def test_shipped_config_learns_the_classes(tmp_path: Path) -> None:
     project.snakemake("results/resnet50/fp32")
     metrics = json.loads((project.root / "results/resnet50/fp32/metrics.json").read_text())
     assert metrics["top1"] > 5 * metrics["chance_top1"], metrics
+
+
+def test_import_without_the_train_tar_names_the_key(project: Project) -> None:
+    before = project.fingerprint("results")
+    source = 'datasets={"imagenet":{"source":"import"}}'
+    proc = project.snakemake(*RUNS, "--config", source, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "datasets.imagenet.import.train_tar" in output, output
+    assert "Traceback" not in output, output
+    assert project.fingerprint("results") == before
