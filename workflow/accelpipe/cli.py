@@ -67,7 +67,7 @@ def _resume_dir(out: Path, args: argparse.Namespace) -> Path:
     key = hashlib.sha256()
     key.update(json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode())
     key.update(args.run.encode())
-    for name in ("config.json", "folds.json"):
+    for name in ("config.json", "folds.json", "datalist.json", "classes.json"):  # the data split
         path = Path(args.prepared) / name
         if path.exists():
             key.update(path.read_bytes())
