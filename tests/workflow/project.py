@@ -78,6 +78,7 @@ TINY_CONFIG = {
             "bf16": {"precision": "bf16"},
             "fp32": {"precision": "fp32"},
             "graph": {"precision": "fp32", "compile": True},
+            "ddp": {"precision": "fp32", "devices": 2},
         },
     },
 }

@@ -81,6 +81,16 @@ def test_graph_mode_trains_like_eager(project: Project) -> None:
     assert graph[0] == pytest.approx(eager[0], rel=1e-3)
 
 
+def test_two_process_run_shards_the_global_batch(project: Project) -> None:
+    """devices: 2 trains data-parallel (torchrun, gloo on CPU): each rank a DistributedSampler
+    share of the same global batch of 8."""
+    project.snakemake("work/resnet50/ddp/train")
+    stage = json.loads((project.root / "work/resnet50/ddp/train/stage.json").read_text())
+    assert (stage["world_size"], stage["global_batch"], stage["steps"]) == (2, 8, 6)
+    losses = _losses(project.root / "work/resnet50/ddp/train/train_log.csv")
+    assert len(losses) == 6 and all(0 < v < 10 for v in losses)
+
+
 def _losses(log: Path) -> list[float]:
     with log.open() as f:
         return [float(r["loss"]) for r in csv.DictReader(f)]
