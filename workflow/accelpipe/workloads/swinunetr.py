@@ -82,7 +82,11 @@ def _model_from_checkpoint(checkpoint: dict[str, Any]) -> torch.nn.Module:
 
 @torch.no_grad()
 def predict(
-    model: torch.nn.Module, device: devices.Device, image: torch.Tensor, cfg: dict[str, Any], roi
+    model: torch.nn.Module,
+    device: devices.Device,
+    image: torch.Tensor,
+    cfg: dict[str, Any],
+    roi: tuple[int, int, int],
 ) -> np.ndarray:
     """Binary mask (X, Y, Z) for one (1, X, Y, Z) volume by gaussian-blended sliding windows."""
     ev = cfg["evaluate"]
