@@ -9,7 +9,7 @@ import pytest
 
 from accelpipe import containers
 from accelpipe.cli import stage_argv
-from accelpipe.errors import ConfigError
+from accelpipe.errors import AccelpipeError, ConfigError
 
 REPO = containers.REPO
 
@@ -133,3 +133,39 @@ def test_stage_argv_drops_the_global_options() -> None:
 def test_missing_paths_are_not_mounted(tmp_path: Path) -> None:
     mounts = containers.mounts_for([tmp_path, tmp_path.parent / "does-not-exist"])
     assert [m["Source"] for m in mounts] == [str(tmp_path)]
+
+
+class _FlakyContainer:
+    """Fails its first `failures` starts the way Podman does under load."""
+
+    def __init__(self, failures: int, status: int = 500) -> None:
+        self.failures, self.status, self.starts = failures, status, 0
+
+    def start(self) -> None:
+        import requests
+        from docker.errors import APIError
+
+        self.starts += 1
+        if self.starts <= self.failures:
+            response = requests.Response()
+            response.status_code = self.status
+            explanation = "write child: broken pipe"
+            raise APIError("start failed", response=response, explanation=explanation)
+
+
+def test_a_transient_start_failure_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(containers, "START_RETRY_S", 0.0)
+    flaky = _FlakyContainer(failures=1)
+    containers._start(flaky, "img")
+    assert flaky.starts == 2
+
+
+@pytest.mark.parametrize(("failures", "status"), [(9, 500), (1, 404)])
+def test_a_lasting_or_client_start_failure_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, failures: int, status: int
+) -> None:
+    monkeypatch.setattr(containers, "START_RETRY_S", 0.0)
+    flaky = _FlakyContainer(failures=failures, status=status)
+    with pytest.raises(AccelpipeError, match="could not start img: write child: broken pipe"):
+        containers._start(flaky, "img")
+    assert flaky.starts == (containers.START_ATTEMPTS if status == 500 else 1)
