@@ -14,7 +14,10 @@ if ! grep -q 'runtime = "runc"' /etc/containers/containers.conf 2>/dev/null; the
     > /etc/containers/containers.conf
 fi
 if ! curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; then
-  setsid nohup podman system service --time=0 "unix://$SOCKET" >/tmp/podman-service.log 2>&1 &
+  # From /: conmon inherits the service's working directory, and a deleted one (a removed
+  # checkout) makes every later container start fail with "write child: broken pipe".
+  (cd / && setsid nohup podman system service --time=0 "unix://$SOCKET" \
+    >/tmp/podman-service.log 2>&1 &)
   for _ in $(seq 100); do
     curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1 && break
     sleep 0.1

@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,30 +296,16 @@ def run(
             container.remove(force=True)
 
 
-START_ATTEMPTS = 3
-START_RETRY_S = 2.0
-
-
 def _start(container: Any, image: str) -> None:
-    """Start the container, retrying the engine's transient 5xx answers.
-
-    Podman under load sometimes fails a start with "write child: broken pipe" (its OCI
-    runtime's child died before reporting); a second start of the same container works.
-    """
+    """Start the container; an engine refusal is one line naming the image, not a traceback."""
     from docker.errors import APIError
 
-    for attempt in range(1, START_ATTEMPTS + 1):
-        try:
-            container.start()
-            return
-        except APIError as err:
-            transient = err.response is not None and err.response.status_code >= 500
-            if not transient or attempt == START_ATTEMPTS:
-                raise AccelpipeError(
-                    f"the container engine could not start {image}: {err.explanation or err}"
-                ) from None
-            log.warning("container start failed (%s); retrying", err.explanation or err)
-            time.sleep(START_RETRY_S * attempt)
+    try:
+        container.start()
+    except APIError as err:
+        raise AccelpipeError(
+            f"the container engine could not start {image}: {err.explanation or err}"
+        ) from None
 
 
 def _stream(container: Any, log_file: Path | None) -> list[str]:
