@@ -16,8 +16,8 @@ fi
 if ! curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; then
   # From /: conmon inherits the service's working directory, and a deleted one (a removed
   # checkout) makes every later container start fail with "write child: broken pipe".
-  (cd / && setsid nohup podman system service --time=0 "unix://$SOCKET" \
-    >/tmp/podman-service.log 2>&1 &)
+  env -C / setsid nohup podman system service --time=0 "unix://$SOCKET" \
+    >/tmp/podman-service.log 2>&1 &
   for _ in $(seq 100); do
     curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1 && break
     sleep 0.1
