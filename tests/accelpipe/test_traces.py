@@ -16,6 +16,8 @@ import pytest
 from accelpipe import traces
 from accelpipe.errors import DataError
 from accelpipe.traces import render_markdown, summarize_traces, write_summary
+from tests.helpers.chrome_traces import assert_close, stats
+from tests.helpers.chrome_traces import x_event as _x
 
 SECTION_NAMES = ("forward", "loss", "backward", "optimizer_step")
 WEIRD = 'odd {"} name }{ \\'  # braces, an escaped quote and a final escaped backslash
@@ -52,13 +54,6 @@ def _write(path: Path, events: list[dict], style: str = "kineto") -> Path:
     }
     path.write_text(_dump(doc, style))
     return path
-
-
-def _x(cat: str, name: str, ts: float, dur: float, where: dict, /, **args: object) -> dict:
-    ev = {"ph": "X", "cat": cat, "name": name, **where, "ts": ts, "dur": dur}
-    if args:
-        ev["args"] = dict(args)
-    return ev
 
 
 def _filler() -> list[dict]:
@@ -120,55 +115,30 @@ def _cuda_events() -> list[dict]:
     return events + _filler()
 
 
-def _stats(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {
-        "min": min(values),
-        "mean": sum(values) / len(values),
-        "median": median,
-        "max": max(values),
-        "total": sum(values),
-    }
-
-
 CUDA_SECTIONS = {
     "forward": {
         "count": 2,
-        "cpu_ms": _stats([0.3, 0.2]),
-        "kernel_ms": _stats([0.040, 0.005]),  # k1 + k2 | k5 (memcpy not a kernel)
-        "kernel_span_ms": _stats([0.050, 0.005]),  # 1200..1250 | 2200..2205
+        "cpu_ms": stats([0.3, 0.2]),
+        "kernel_ms": stats([0.040, 0.005]),  # k1 + k2 | k5 (memcpy not a kernel)
+        "kernel_span_ms": stats([0.050, 0.005]),  # 1200..1250 | 2200..2205
         # Kernels on any stream inside 1100..1400 (k1, k2, k8 from 1300) | 2100..2300 (k8).
-        "device_busy_ms": _stats([0.140, 0.200]),
+        "device_busy_ms": stats([0.140, 0.200]),
     },
     "backward": {
         "count": 2,
-        "cpu_ms": _stats([0.4, 0.3]),
-        "kernel_ms": _stats([0.075, 0.050]),  # k3 + k3b + k4 | k6 + k10
-        "kernel_span_ms": _stats([0.095, 0.110]),  # 1700..1795 | 2500..2610
-        "device_busy_ms": _stats([0.400, 0.050]),  # all k8 | k6 + k10
+        "cpu_ms": stats([0.4, 0.3]),
+        "kernel_ms": stats([0.075, 0.050]),  # k3 + k3b + k4 | k6 + k10
+        "kernel_span_ms": stats([0.095, 0.110]),  # 1700..1795 | 2500..2610
+        "device_busy_ms": stats([0.400, 0.050]),  # all k8 | k6 + k10
     },
     WEIRD: {
         "count": 1,
-        "cpu_ms": _stats([0.05]),
-        "kernel_ms": _stats([0.010]),  # k1: its launch at 1130 is inside 1120..1170
-        "kernel_span_ms": _stats([0.010]),
+        "cpu_ms": stats([0.05]),
+        "kernel_ms": stats([0.010]),  # k1: its launch at 1130 is inside 1120..1170
+        "kernel_span_ms": stats([0.010]),
         "device_busy_ms": None,  # k1 runs after 1120..1170 ends
     },
 }
-
-
-def _assert_close(got: object, want: object) -> None:
-    """Recursive equality with float tolerance (stats are rounded to 1 ns)."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and got.keys() == want.keys(), (got, want)
-        for key in want:
-            _assert_close(got[key], want[key])
-    elif isinstance(want, float):
-        assert got == pytest.approx(want, abs=2e-6)
-    else:
-        assert got == want
 
 
 def _names(filename: str) -> AbstractContextManager:
@@ -187,13 +157,13 @@ def _without_paths(summary: dict) -> dict:
 def test_cuda_trace_attributes_kernels_to_sections(tmp_path: Path, style: str) -> None:
     path = _write(tmp_path / "cuda.json", _cuda_events(), style)
     summary = summarize_traces([path])
-    _assert_close(summary["sections"], CUDA_SECTIONS)
-    _assert_close(summary["steps"], {"count": 2, "ms": _stats([1.0, 0.8])})
+    assert_close(summary["sections"], CUDA_SECTIONS)
+    assert_close(summary["steps"], {"count": 2, "ms": stats([1.0, 0.8])})
     assert summary["device"] == "cuda"
     assert summary["events"] == len(_cuda_events())
     assert summary["bytes"] == path.stat().st_size
     assert summary["traces"] == [str(path)]
-    _assert_close(
+    assert_close(
         summary["device_activity"],
         {
             "kernel": {"count": 10, "total_ms": 1.177},
@@ -241,15 +211,15 @@ def test_rocm_launch_names_join_and_infer_rocm(tmp_path: Path) -> None:
     summary = summarize_traces([_write(tmp_path / "rocm.json", events, "compact")])
     assert summary["device"] == "rocm"
     assert summary["steps"] is None
-    _assert_close(
+    assert_close(
         summary["sections"],
         {
             "forward": {
                 "count": 1,
-                "cpu_ms": _stats([0.1]),
-                "kernel_ms": _stats([0.015]),
-                "kernel_span_ms": _stats([0.043]),  # 20 .. 63
-                "device_busy_ms": _stats([0.015]),  # the late kernel is outside 0..100
+                "cpu_ms": stats([0.1]),
+                "kernel_ms": stats([0.015]),
+                "kernel_span_ms": stats([0.043]),  # 20 .. 63
+                "device_busy_ms": stats([0.015]),  # the late kernel is outside 0..100
             }
         },
     )
@@ -291,7 +261,7 @@ def test_nan_in_an_event_falls_back_to_the_stdlib_decoder(tmp_path: Path) -> Non
 def test_bare_event_array_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "bare.json"
     path.write_text(json.dumps(_cuda_events()))
-    _assert_close(summarize_traces([path])["sections"], CUDA_SECTIONS)
+    assert_close(summarize_traces([path])["sections"], CUDA_SECTIONS)
 
 
 # --------------------------------------------------------------------------- compressed forms
@@ -428,9 +398,9 @@ def test_write_summary_writes_json_markdown_and_png(tmp_path: Path) -> None:
 
 def test_markdown_escapes_table_cells_and_handles_no_sections() -> None:
     base = {"traces": ["t.json"], "bytes": 10, "events": 1, "device": "cpu", "steps": None}
-    stats = _stats([1.0])
+    one = stats([1.0])
     none = {"kernel_ms": None, "kernel_span_ms": None, "device_busy_ms": None}
-    sections = {"a|b": {"count": 1, "cpu_ms": stats, **none}}
+    sections = {"a|b": {"count": 1, "cpu_ms": one, **none}}
     text = render_markdown(base | {"sections": sections})
     assert "| a\\|b | 1 | 1.000 | 1.000 | – | – | – |\n" in text
     assert "No `record_function` sections" in render_markdown(base | {"sections": {}})
@@ -445,10 +415,10 @@ def test_plot_without_steps_or_sections_is_still_a_png(tmp_path: Path) -> None:
 
 def test_plot_takes_dollar_signs_in_names_literally(tmp_path: Path) -> None:
     """A name like `cost $x_$` is a mathtext parse error unless the dollars are escaped."""
-    stats = _stats([1.0])
-    section = {"count": 1, "cpu_ms": stats, "kernel_ms": stats, "kernel_span_ms": stats}
+    one = stats([1.0])
+    section = {"count": 1, "cpu_ms": one, "kernel_ms": one, "kernel_span_ms": one}
     summary = {"traces": [], "bytes": 0, "events": 1, "device": "cuda"}
-    summary |= {"steps": {"count": 1, "ms": stats}, "sections": {"cost $x_$": section}}
+    summary |= {"steps": {"count": 1, "ms": one}, "sections": {"cost $x_$": section}}
     png = tmp_path / "dollar.png"
     traces.plot_step_breakdown(summary, png)
     assert png.read_bytes().startswith(b"\x89PNG")

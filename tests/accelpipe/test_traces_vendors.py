@@ -18,17 +18,12 @@ import pytest
 
 from accelpipe import traces
 from accelpipe.traces import summarize_traces
+from tests.helpers.chrome_traces import assert_close, stats
+from tests.helpers.chrome_traces import x_event as _x
 
 HOST = {"pid": 4242, "tid": 4242}
 NVIDIA = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072}]
 AMD = [{"id": 0, "name": "AMD Instinct MI300X", "gcnArchName": "gfx942:sramecc+:xnack-"}]
-
-
-def _x(cat: str, name: str, ts: float, dur: float, where: dict, /, **args: object) -> dict:
-    ev = {"ph": "X", "cat": cat, "name": name, **where, "ts": ts, "dur": dur}
-    if args:
-        ev["args"] = dict(args)
-    return ev
 
 
 def _flow(corr: int, src: dict, dst: dict, ts: float, dst_ts: float) -> list[dict]:
@@ -61,39 +56,14 @@ def _write(
     return path
 
 
-def _stats(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {
-        "min": min(values),
-        "mean": sum(values) / len(values),
-        "median": median,
-        "max": max(values),
-        "total": sum(values),
-    }
-
-
 def _section(count: int, cpu: list[float], kern=None, span=None, busy=None) -> dict:
     return {
         "count": count,
-        "cpu_ms": _stats(cpu),
-        "kernel_ms": kern and _stats(kern),
-        "kernel_span_ms": span and _stats(span),
-        "device_busy_ms": busy and _stats(busy),
+        "cpu_ms": stats(cpu),
+        "kernel_ms": kern and stats(kern),
+        "kernel_span_ms": span and stats(span),
+        "device_busy_ms": busy and stats(busy),
     }
-
-
-def _assert_close(got: object, want: object) -> None:
-    """Recursive equality with float tolerance (stats are rounded to 1 ns)."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and got.keys() == want.keys(), (got, want)
-        for key in want:
-            _assert_close(got[key], want[key])
-    elif isinstance(want, float):
-        assert got == pytest.approx(want, abs=2e-6)
-    else:
-        assert got == want
 
 
 def _activity(kernels: int, kernel_ms: float, memcpy=(0, 0.0), orphans: int = 0) -> dict:
@@ -170,9 +140,9 @@ def test_cuda_every_launch_name_joins_its_kernels(tmp_path: Path) -> None:
     summary = summarize_traces([_write(tmp_path / "cuda.json", _cuda_events(), NVIDIA)])
     assert summary["device"] == "cuda"
     assert list(summary["sections"]) == ["step", "backward", "forward", "loss"]
-    _assert_close(summary["sections"], CUDA_SECTIONS)
-    _assert_close(summary["steps"], {"count": 1, "ms": _stats([1.0])})
-    _assert_close(summary["device_activity"], _activity(10, 0.26, memcpy=(1, 0.04)))
+    assert_close(summary["sections"], CUDA_SECTIONS)
+    assert_close(summary["steps"], {"count": 1, "ms": stats([1.0])})
+    assert_close(summary["device_activity"], _activity(10, 0.26, memcpy=(1, 0.04)))
 
 
 def test_cuda_is_inferred_from_launch_names_despite_amd_properties(tmp_path: Path) -> None:
@@ -217,15 +187,15 @@ def test_rocm_hip_launches_join_and_infer_rocm(
 ) -> None:
     summary = summarize_traces([_write(tmp_path / "rocm.json", _rocm_events(runtime_cat), props)])
     assert summary["device"] == "rocm"
-    _assert_close(
+    assert_close(
         summary["sections"],
         {
             "backward": _section(1, [0.24], [0.08], [0.23], [0.06]),  # span 250..480
             "forward": _section(1, [0.19], [0.045], [0.045], [0.045]),
         },
     )
-    _assert_close(summary["steps"], {"count": 1, "ms": _stats([0.5])})
-    _assert_close(summary["device_activity"], _activity(5, 0.125, memcpy=(1, 0.025)))
+    assert_close(summary["steps"], {"count": 1, "ms": stats([0.5])})
+    assert_close(summary["device_activity"], _activity(5, 0.125, memcpy=(1, 0.025)))
 
 
 # --------------------------------------------------------------------------- CPU only
@@ -246,7 +216,7 @@ def test_cpu_only_trace_on_a_gpu_machine(tmp_path: Path) -> None:
     ]
     summary = summarize_traces([_write(tmp_path / "cpu.json", events, NVIDIA)])
     assert summary["device"] == "cpu"
-    _assert_close(
+    assert_close(
         summary["sections"],
         {
             "step": _section(2, [0.08, 0.27]),
@@ -254,8 +224,8 @@ def test_cpu_only_trace_on_a_gpu_machine(tmp_path: Path) -> None:
             "loader_first": _section(1, [0.009]),
         },
     )
-    _assert_close(summary["steps"], {"count": 2, "ms": _stats([0.1, 0.3])})
-    _assert_close(summary["device_activity"], _activity(0, 0.0))
+    assert_close(summary["steps"], {"count": 2, "ms": stats([0.1, 0.3])})
+    assert_close(summary["device_activity"], _activity(0, 0.0))
 
 
 # --------------------------------------------------------------------------- Gaudi (HPU)
@@ -313,10 +283,10 @@ HPU_SECTIONS = {
 def test_hpu_trace_counts_device_ops_and_attributes_them_by_overlap(tmp_path: Path) -> None:
     summary = summarize_traces([_write(tmp_path / "hpu.json", _hpu_events(), [])])
     assert summary["device"] == "hpu"
-    _assert_close(summary["sections"], HPU_SECTIONS)
-    _assert_close(summary["steps"], {"count": 2, "ms": _stats([1.0, 1.0])})
+    assert_close(summary["sections"], HPU_SECTIONS)
+    assert_close(summary["steps"], {"count": 2, "ms": stats([1.0, 1.0])})
     # 4 ops per step + 1; none carries a correlation, so none joins a launch.
-    _assert_close(summary["device_activity"], _activity(9, 0.77, memcpy=(2, 0.02), orphans=9))
+    assert_close(summary["device_activity"], _activity(9, 0.77, memcpy=(2, 0.02), orphans=9))
     markdown = traces.render_markdown(summary)
     assert "Kernels not joined to a launch (no correlation): 9 of 9" in markdown
     assert "| step | 2 | 0.890 | 1.780 | – | – | 0.320 |" in markdown
@@ -345,7 +315,7 @@ def test_device_events_without_any_hint_are_taken_for_cuda(tmp_path: Path) -> No
     events = [_x("user_annotation", "step", 0, 100, HOST), _x("kernel", "k", 10, 20, TPC, device=1)]
     summary = summarize_traces([_write(tmp_path / "p.json", events, [{"name": "?"}])])
     assert summary["device"] == "cuda"
-    _assert_close(summary["sections"], {"step": _section(1, [0.1], busy=[0.02])})
+    assert_close(summary["sections"], {"step": _section(1, [0.1], busy=[0.02])})
     assert summary["device_activity"]["kernels_without_launch"] == 1
 
 
@@ -360,7 +330,7 @@ def test_hpu_ops_with_a_correlation_join_like_cuda_kernels(tmp_path: Path) -> No
     summary = summarize_traces([_write(tmp_path / "hpu.json", events)])
     assert summary["device"] == "hpu"
     # The kernels ran after forward's CPU interval: kernel time, but no busy overlap.
-    _assert_close(summary["sections"], {"forward": _section(1, [0.1], [0.06], [0.05])})
+    assert_close(summary["sections"], {"forward": _section(1, [0.1], [0.06], [0.05])})
     assert summary["device_activity"]["kernels_without_launch"] == 0
 
 
@@ -388,7 +358,7 @@ def test_sections_are_counted_once_despite_device_mirrors(
         ]
     summary = summarize_traces([_write(tmp_path / "m.json", events)])
     assert summary["sections"]["forward"]["count"] == 3
-    _assert_close(summary["sections"]["forward"]["cpu_ms"], _stats([0.1, 0.101, 0.102]))
+    assert_close(summary["sections"]["forward"]["cpu_ms"], stats([0.1, 0.101, 0.102]))
     assert list(summary["sections"]) == ["forward"]
 
 
@@ -403,7 +373,7 @@ def test_a_host_row_with_a_device_rows_ids_keeps_its_sections(tmp_path: Path) ->
         _x("gpu_user_annotation", "forward", 49, 22, row),
     ]
     summary = summarize_traces([_write(tmp_path / "pid1.json", events)])
-    _assert_close(summary["sections"], {"forward": _section(1, [0.1], [0.02], [0.02], [0.02])})
+    assert_close(summary["sections"], {"forward": _section(1, [0.1], [0.02], [0.02], [0.02])})
 
 
 # --------------------------------------------------------------------------- streaming

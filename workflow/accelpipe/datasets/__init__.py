@@ -7,9 +7,10 @@ A dataset module exposes `make_raw(cfg, out, downloads)` and
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 
-from accelpipe.errors import ConfigError
+from accelpipe.errors import ConfigError, DataError
 
 DATASETS = ("brats", "imagenet", "nsclc")
 
@@ -18,3 +19,11 @@ def get(name: str) -> ModuleType:
     if name not in DATASETS:
         raise ConfigError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     return importlib.import_module(f"accelpipe.datasets.{name}")
+
+
+def existing_copy(location: str, folder: str, dataset: str) -> Path:
+    """A `path:` source: the dataset's `folder` itself, or a folder that contains it."""
+    path = Path(location).expanduser()
+    if not path.is_dir():
+        raise DataError(f"{path}: dataset path given by datasets.{dataset}.source does not exist")
+    return path / folder if (path / folder).is_dir() else path

@@ -27,6 +27,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
+from accelpipe.datasets import existing_copy
 from accelpipe.datasets.pool import map_tasks
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
@@ -546,14 +547,6 @@ def _run(tasks: list, workers: int) -> Iterable[dict]:
 # --------------------------------------------------------------------------------------------
 
 
-def _existing_task_dir(location: str) -> Path:
-    """`path:` source: the Task01 folder itself or a folder that contains it."""
-    path = Path(location).expanduser()
-    if not path.exists():
-        raise DataError(f"{path}: dataset path given by datasets.brats.source does not exist")
-    return path / TASK if (path / TASK).is_dir() else path
-
-
 def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
     """Create the raw layout `<out>/Task01_BrainTumour` from the configured source."""
     from accelpipe.datasets import msd
@@ -567,7 +560,7 @@ def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str,
             TASK, out, url=cfg["msd"]["url"], md5=cfg["msd"]["md5"], download_dir=downloads
         )
     else:
-        task_dir = _existing_task_dir(source.removeprefix("path:"))
+        task_dir = existing_copy(source.removeprefix("path:"), TASK, "brats")
         check_raw(task_dir)
         out.mkdir(parents=True)
         (out / TASK).symlink_to(task_dir.resolve(), target_is_directory=True)

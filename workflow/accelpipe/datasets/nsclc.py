@@ -41,7 +41,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
-from accelpipe.datasets import dicom
+from accelpipe.datasets import dicom, existing_copy
 from accelpipe.datasets.pool import map_tasks
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, write_json
@@ -475,14 +475,6 @@ def prepare(
 # --------------------------------------------------------------------------------------------
 
 
-def _existing_root(location: str) -> Path:
-    """`path:` source: the NSCLC-Radiomics folder itself or a folder that contains it."""
-    path = Path(location).expanduser()
-    if not path.is_dir():
-        raise DataError(f"{path}: dataset path given by datasets.nsclc.source does not exist")
-    return path / COLLECTION if (path / COLLECTION).is_dir() else path
-
-
 def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
     """Create the raw layout `<out>/NSCLC-Radiomics` from the configured source."""
     source = cfg["source"]
@@ -506,7 +498,7 @@ def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str,
         )
         log.info("fetched %(series)d series of %(patients)d patients from TCIA", facts)
     elif source.startswith("path:"):
-        root = _existing_root(source.removeprefix("path:"))
+        root = existing_copy(source.removeprefix("path:"), COLLECTION, "nsclc")
         check_raw(root)
         out.mkdir(parents=True)
         (out / COLLECTION).symlink_to(root.resolve(), target_is_directory=True)
