@@ -44,15 +44,17 @@ WORKLOAD_DATA = {
 VARIANT_OWNER = {data: workload for workload, data in WORKLOAD_DATA.items()}
 # modules each stage executes, relative to workflow/accelpipe
 DOWNLOAD = "datasets/download.py"
+PATH_SOURCE = "datasets/__init__.py"  # existing_copy: the `path:` sources
 TORCH_ENGINE = ["engines/torch_trainer.py", "optim.py", "devices.py"]
 STAGE_CODE = {
     "raw": {
-        "brats": ["datasets/brats.py", "datasets/msd.py", DOWNLOAD],
+        "brats": ["datasets/brats.py", "datasets/msd.py", DOWNLOAD, PATH_SOURCE],
         "nsclc": [
             "datasets/nsclc.py",
             "datasets/tcia.py",
             "datasets/dicom.py",
             DOWNLOAD,
+            PATH_SOURCE,
         ],
         "imagenet": ["datasets/imagenet.py", DOWNLOAD],
     },
