@@ -11,9 +11,11 @@ PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
 from accelpipe import containers
+from accelpipe.codegraph import stage_code
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
 from accelpipe.errors import ConfigError
+from accelpipe.stages import entry_modules
 
 try:
     _validated = validate_config(dict(config))
@@ -42,72 +44,6 @@ WORKLOAD_DATA = {
 }
 # (dataset, variant) -> workload whose `prepare` settings define the variant
 VARIANT_OWNER = {data: workload for workload, data in WORKLOAD_DATA.items()}
-# modules each stage executes, relative to workflow/accelpipe
-DOWNLOAD = "datasets/download.py"
-PATH_SOURCE = "datasets/__init__.py"  # existing_copy: the `path:` sources
-TORCH_ENGINE = ["engines/torch_trainer.py", "optim.py", "devices.py"]
-STAGE_CODE = {
-    "raw": {
-        "brats": ["datasets/brats.py", "datasets/msd.py", DOWNLOAD, PATH_SOURCE],
-        "nsclc": [
-            "datasets/nsclc.py",
-            "datasets/tcia.py",
-            "datasets/dicom.py",
-            DOWNLOAD,
-            PATH_SOURCE,
-        ],
-        "imagenet": ["datasets/imagenet.py", DOWNLOAD],
-    },
-    "prepare": {
-        "brats": ["datasets/brats.py", "datasets/pool.py"],
-        "nsclc": ["datasets/nsclc.py", "datasets/dicom.py", "datasets/pool.py"],
-        "imagenet": ["datasets/imagenet.py", "datasets/pool.py"],
-    },
-    "train": {
-        "unet2d": [
-            "workloads/unet2d.py",
-            "models/dynunet2d.py",
-            "losses.py",
-            "datasets/slices.py",
-            "transforms.py",
-            *TORCH_ENGINE,
-        ],
-        "swinunetr": [
-            "workloads/swinunetr.py",
-            "models/swinunetr.py",
-            "datasets/volumes.py",
-            *TORCH_ENGINE,
-        ],
-        "resnet50": [
-            "workloads/resnet50.py",
-            "models/resnet50.py",
-            "datasets/imagefolder.py",
-            *TORCH_ENGINE,
-        ],
-    },
-    "evaluate": {
-        "unet2d": [
-            "workloads/unet2d.py",
-            "models/dynunet2d.py",
-            "metrics.py",
-            "devices.py",
-        ],
-        "swinunetr": [
-            "workloads/swinunetr.py",
-            "models/swinunetr.py",
-            "datasets/volumes.py",
-            "metrics.py",
-            "devices.py",
-        ],
-        "resnet50": [
-            "workloads/resnet50.py",
-            "models/resnet50.py",
-            "datasets/imagefolder.py",
-            "metrics.py",
-            "devices.py",
-        ],
-    },
-}
 
 
 wildcard_constraints:
@@ -204,16 +140,13 @@ def as_json(value):
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def package_files(paths):
-    return [str(PACKAGE_ROOT / "accelpipe" / p) for p in paths]
-
-
 def code_for(stage):
-    """Input function: the package modules a stage executes, so edits re-run it."""
+    """Input function: the package files a stage executes (its import graph), so editing
+    one re-runs the stages that import it and no others."""
 
     def modules(wildcards):
-        key = wildcards.get("dataset") or wildcards.get("workload")
-        return package_files(STAGE_CODE[stage][key])
+        plugin = wildcards.get("dataset") or wildcards.get("workload")
+        return [str(p) for p in stage_code(entry_modules(stage, plugin))]
 
     return modules
 

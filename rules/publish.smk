@@ -6,7 +6,7 @@ rule publish_run:
         model="work/{workload}/{run}/train",
         eval="work/{workload}/{run}/eval",
         trace="work/{workload}/{run}/trace",
-        code=package_files(["publish.py", "provenance.py"]),
+        code=code_for("publish"),
     output:
         report(
             directory("results/{workload}/{run}"),
@@ -34,6 +34,7 @@ rule cross_validation:
     input:
         image=image_input,
         runs=fold_results,
+        code=code_for("aggregate"),
     output:
         report(
             directory("results/{workload}/cv"),

@@ -2,7 +2,7 @@ rule summarize_trace:
     input:
         image=image_input,
         train="work/{workload}/{run}/train",
-        code=package_files(["traces.py"]),
+        code=code_for("summarize-trace"),
     output:
         directory("work/{workload}/{run}/trace"),
     log:

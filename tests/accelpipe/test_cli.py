@@ -83,7 +83,7 @@ def test_accel_leases_devices_sets_visibility_and_releases(
         ):
             pass  # "7" is held by this stage's lease: only "9" is free
 
-    monkeypatch.setattr("accelpipe.cli.cmd_raw", fake_stage)
+    monkeypatch.setattr("accelpipe.stages.data.run_raw", fake_stage)
     runtime = json.dumps({"runtime": "local", "backend": "cuda", "pool": ["7", "9"]})
     code = main(["--runtime", runtime, "--accel", "1", *_raw(tmp_path, "{}", out="r")])
     assert code == 0

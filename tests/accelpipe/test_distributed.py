@@ -6,7 +6,6 @@ engines/test_torch_trainer.py; here the workload runs end to end through the CLI
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -177,33 +176,6 @@ def test_slurm_launch_without_a_port_picks_a_free_one(slurm: Path) -> None:
 def test_more_nodes_than_the_allocation_is_a_config_error(slurm: Path) -> None:
     with pytest.raises(ConfigError, match=r"3 nodes, but Slurm job 4242 has 2"):
         launch_command(1, 3, ARGV, under_slurm=True)
-
-
-def test_worker_argv_is_the_train_stage_without_global_options() -> None:
-    parser = cli.build_parser()
-    stage = [
-        *("train", "--workload", "unet2d", "--run", "fold1", "--prepared", "p"),
-        *("--config-json", '{"train": {}}', "--out", "o", "--threads", "3"),
-    ]
-    args = parser.parse_args(["--log", "l", "--accel", "2", *stage])
-    worker = cli.train_worker_argv(args)
-    assert worker == stage
-    again = vars(parser.parse_args(worker))
-    for name in ("log", "accel", "runtime"):  # the launching process keeps these
-        again.pop(name), vars(args).pop(name)
-    assert again == vars(args)
-
-
-def test_resume_dir_does_not_depend_on_the_number_of_processes(tmp_path: Path) -> None:
-    def resume_dir(train: dict) -> Path:
-        args = argparse.Namespace(
-            config_json=json.dumps({"train": train}), run="fold0", prepared=str(tmp_path)
-        )
-        return cli._resume_dir(tmp_path / "train", args)
-
-    base = resume_dir({"lr": 0.01})
-    assert resume_dir({"lr": 0.01, "devices": 4, "nodes": 2}) == base
-    assert resume_dir({"lr": 0.02}) != base
 
 
 # -- data shards ---------------------------------------------------------------------------------

@@ -181,3 +181,11 @@ def _gaudi(precision: str, channels_last: bool, index: int = 0) -> Device:
         )
     name = torch.hpu.get_device_name(0)
     return Device("gaudi", torch.device("hpu"), name, precision, channels_last, htcore)
+
+
+def limit_threads(threads: int) -> None:
+    """Intra-op threads: the rule's `threads`, but never more than the CPUs we may run on.
+
+    Snakemake scales `threads` to `--cores`, which can exceed the real cores.
+    """
+    torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import accelpipe
-from accelpipe.io import read_json
+from accelpipe.io import read_json, write_json
 
 STAGE_FILE = "stage.json"
 PACKAGES = ("torch", "numpy", "nibabel", "snakemake", "jsonschema", "matplotlib")
@@ -34,6 +34,11 @@ def stage_record(stage: str, started: float, **facts: Any) -> dict[str, Any]:
         "accelpipe": accelpipe.__version__,
         **facts,
     }
+
+
+def write_stage(out: Path, stage: str, started: float, **facts: Any) -> None:
+    """The stage.json a stage leaves in its output folder."""
+    write_json(out / STAGE_FILE, stage_record(stage, started, **facts))
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:

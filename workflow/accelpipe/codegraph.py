@@ -1,0 +1,117 @@
+"""The package modules a stage executes, read from the package's own import graph.
+
+The rules give each stage these files as inputs, so editing a module re-runs exactly the
+stages that import it. The graph is read statically (no module is imported): every
+`import` and `from ... import` anywhere in a module counts, inside functions too (lazy
+imports run when the stage needs them), except those under `if TYPE_CHECKING:`, which
+never run. A package's `__init__.py` counts wherever one of its modules is imported,
+since Python runs it first.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from functools import cache
+from pathlib import Path
+
+PACKAGE = "accelpipe"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def module_file(name: str, package_dir: Path = PACKAGE_DIR) -> Path | None:
+    """`accelpipe.a.b` -> <package_dir>/a/b.py or a/b/__init__.py; None if not a module."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = package_dir.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_name(path: Path, package_dir: Path) -> str:
+    rel = path.relative_to(package_dir).with_suffix("")
+    parts = [PACKAGE, *rel.parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    for child in ast.iter_child_nodes(node):
+        if _is_type_checking(child):  # only its `else:` runs
+            for branch in child.orelse:
+                yield from _import_nodes(ast.Module(body=[branch], type_ignores=[]))
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield child
+        yield from _import_nodes(child)
+
+
+def _absolute(node: ast.ImportFrom, current: str, is_package: bool) -> str:
+    """The module a `from X import ...` names, with relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    parts = current.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _imported_names(path: Path, package_dir: Path) -> set[str]:
+    """Every module name `path` imports (inside the package or not)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    current = _module_name(path, package_dir)
+    names: set[str] = set()
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+            continue
+        source = _absolute(node, current, path.name == "__init__.py")
+        names.add(source)
+        # `from pkg import sub` imports the submodule `pkg.sub` when there is one
+        names.update(f"{source}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _with_parents(name: str) -> list[str]:
+    """Importing `a.b.c` runs `a`, `a.b` and `a.b.c`."""
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+@cache
+def _direct_imports(path: Path, package_dir: Path) -> tuple[Path, ...]:
+    found: set[Path] = set()
+    for name in _imported_names(path, package_dir):
+        for module in _with_parents(name):
+            file = module_file(module, package_dir)
+            if file is not None:
+                found.add(file)
+    return tuple(sorted(found))
+
+
+def stage_code(entries: Iterable[str], package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """The files of `entries` (module names) and of everything they import in the package."""
+    todo: list[Path] = []
+    for entry in entries:
+        for module in _with_parents(entry):
+            file = module_file(module, package_dir)
+            if file is None:
+                raise ValueError(f"{module}: no such module in {package_dir}")
+            todo.append(file)
+    seen: set[Path] = set()
+    while todo:
+        file = todo.pop()
+        if file not in seen:
+            seen.add(file)
+            todo.extend(_direct_imports(file, package_dir))
+    return sorted(seen)

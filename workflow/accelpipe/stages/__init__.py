@@ -1,0 +1,38 @@
+"""The stages behind `accelpipe <stage>`, one module per rule file.
+
+The CLI imports a stage's module only when that stage runs, and a stage reaches its
+dataset or workload module by name. So the package code a stage executes is the import
+graph (codegraph.py) of the CLI, the stage's module and that dataset or workload module:
+`entry_modules` names them, and the rules list the graph as the stage's code inputs.
+"""
+
+from __future__ import annotations
+
+# stage (the CLI's sub-command) -> module holding `run_<stage>` (dashes as underscores)
+MODULES = {
+    "raw": "accelpipe.stages.data",
+    "prepare": "accelpipe.stages.data",
+    "train": "accelpipe.stages.train",
+    "evaluate": "accelpipe.stages.evaluate",
+    "summarize-trace": "accelpipe.stages.trace",
+    "publish": "accelpipe.stages.publish",
+    "aggregate": "accelpipe.stages.publish",
+    "images": "accelpipe.stages.images",
+}
+# stages that call into one dataset's or one workload's module by name
+_PLUGINS = {
+    "raw": "datasets",
+    "prepare": "datasets",
+    "train": "workloads",
+    "evaluate": "workloads",
+}
+
+
+def entry_modules(stage: str, plugin: str | None = None) -> list[str]:
+    """Where the stage's code starts: the CLI, its stage module, its dataset/workload module."""
+    entries = ["accelpipe.cli", MODULES[stage]]
+    if stage in _PLUGINS:
+        if plugin is None:
+            raise ValueError(f"stage {stage!r} needs its {_PLUGINS[stage][:-1]} name")
+        entries.append(f"accelpipe.{_PLUGINS[stage]}.{plugin}")
+    return entries

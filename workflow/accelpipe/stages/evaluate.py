@@ -1,0 +1,27 @@
+"""`evaluate`: metrics of a trained run on the validation data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from accelpipe import devices, provenance, workloads
+from accelpipe.config import load_slice
+from accelpipe.io import atomic_path
+
+log = logging.getLogger("accelpipe")
+
+
+def run_evaluate(args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    devices.limit_threads(args.threads)
+    module = workloads.get(args.workload)
+    with atomic_path(args.out) as tmp:
+        metrics = module.evaluate(
+            Path(args.prepared), args.run, load_slice(args.config_json), Path(args.model), tmp
+        )
+        provenance.write_stage(tmp, "evaluate", started, workload=args.workload, run=args.run)
+    log.info("metrics: %s", json.dumps(metrics))

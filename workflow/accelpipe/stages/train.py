@@ -1,0 +1,86 @@
+"""`train`: one run in this process, or torchrun workers that each run `run_train`."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from accelpipe import devices, distributed, provenance, workloads
+from accelpipe.config import TrainConfig, load_slice, view
+from accelpipe.errors import ConfigError
+
+
+def resume_dir(out: Path, args: argparse.Namespace) -> Path:
+    """Progress lives beside the output, keyed by everything that defines the run.
+
+    A changed config or dataset gets a fresh directory instead of resuming a stale run. The
+    number of processes (train.devices, train.nodes) is not part of the key: checkpoints load
+    into any world size, so a job may resume on fewer or more devices.
+    """
+    cfg = load_slice(args.config_json)
+    if isinstance(cfg.get("train"), dict):
+        cfg["train"] = {k: v for k, v in cfg["train"].items() if k not in ("devices", "nodes")}
+    key = hashlib.sha256()
+    key.update(json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode())
+    key.update(args.run.encode())
+    for name in ("config.json", "folds.json", "datalist.json", "classes.json"):  # the data split
+        path = Path(args.prepared) / name
+        if path.exists():
+            key.update(path.read_bytes())
+    return out.parent / f".{out.name}-partial-{key.hexdigest()[:12]}"
+
+
+def worker_argv(args: argparse.Namespace) -> list[str]:
+    """The train stage's own arguments, as the launched processes get them.
+
+    Global options stay with the launching process: it holds the accelerator lease (--accel)
+    and the log (--log), and the workers run where it runs (--runtime). Keep in step with the
+    train parser in `cli.build_parser`.
+    """
+    return [
+        "train",
+        *("--workload", args.workload, "--run", args.run, "--prepared", args.prepared),
+        *("--config-json", args.config_json, "--out", args.out, "--threads", str(args.threads)),
+    ]
+
+
+def _check_launch(args: argparse.Namespace, cfg: TrainConfig) -> None:
+    """User errors a launch would only meet inside the workers: report them here, status 2."""
+    world = cfg.devices * cfg.nodes
+    distributed.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
+    if 0 < args.accel < cfg.devices:  # one leased device per process on this node
+        raise ConfigError(
+            f"config key '{args.workload}.train.devices': {cfg.devices} processes per node, but "
+            f"the job leased {args.accel} accelerators"
+        )
+
+
+def run_train(args: argparse.Namespace) -> None:
+    """Train here, or launch the workers; in the workers rank 0 finishes the stage
+    (stage.json, renaming the work dir onto --out)."""
+    started = distributed.stage_started()
+    cfg = load_slice(args.config_json)
+    train_cfg = view(TrainConfig, cfg.get("train", {}))
+    if train_cfg.devices * train_cfg.nodes > 1 and not distributed.in_worker():
+        _check_launch(args, train_cfg)
+        distributed.launch_training(train_cfg, worker_argv(args), args.threads)
+        return
+    # The node's CPUs are shared by its ranks.
+    devices.limit_threads(max(1, args.threads // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    out = Path(args.out)
+    work_dir = resume_dir(out, args)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    facts = workloads.get(args.workload).train(Path(args.prepared), args.run, cfg, work_dir)
+    if facts is None:  # a rank other than 0: rank 0 finishes the stage
+        return
+    (work_dir / "checkpoint.pt").unlink(missing_ok=True)
+    provenance.write_stage(
+        work_dir, "train", started, workload=args.workload, run=args.run, **facts
+    )
+    if out.exists():
+        shutil.rmtree(out)
+    work_dir.rename(out)
