@@ -76,15 +76,39 @@ def test_changed_prepare_setting_reruns_from_prepare(project: Project) -> None:
     assert set(jobs) == DOWNSTREAM_OF_TRAIN | {"prepare_dataset"}
 
 
-def test_edited_model_module_reruns_train_but_not_data(project: Project) -> None:
-    module = project.root / "workflow/accelpipe/models/dynunet2d.py"
-    original, stat = module.read_text(), module.stat()
+TRACE_AND_AFTER = {"summarize_trace", "publish_run"}
+# the raw and prepare stages both enter the dataset's module (make_raw, prepare_variant)
+DATA_AND_AFTER = {"raw_dataset", "prepare_dataset", *DOWNSTREAM_OF_TRAIN}
+
+
+@pytest.mark.parametrize(
+    ("module", "reruns"),
+    [
+        ("models/dynunet2d.py", DOWNSTREAM_OF_TRAIN),
+        ("distributed.py", DOWNSTREAM_OF_TRAIN),  # train's launcher, not a data stage's
+        ("datasets/slices.py", DOWNSTREAM_OF_TRAIN),
+        ("datasets/msd.py", DATA_AND_AFTER),
+        ("traces", TRACE_AND_AFTER),  # the package's __init__ (or module)
+        ("publish.py", {"publish_run"}),
+        ("workloads/resnet50.py", set()),  # not imported by any unet2d stage
+        ("datasets/tcia.py", set()),
+    ],
+)
+def test_edited_module_reruns_exactly_the_stages_that_import_it(
+    project: Project, module: str, reruns: set[str]
+) -> None:
+    package = project.root / "workflow/accelpipe"
+    path = package / module
+    path = path if path.is_file() else package / module / "__init__.py"
+    if not path.exists():
+        path = package / f"{module}.py"
+    original, stat = path.read_text(), path.stat()
     try:
-        module.write_text(original + "\n# an edit\n")
-        assert set(project.planned_jobs("results/unet2d/fold0")) == DOWNSTREAM_OF_TRAIN
+        path.write_text(original + "\n# an edit\n")
+        assert set(project.planned_jobs("results/unet2d/fold0")) == reruns
     finally:
-        module.write_text(original)
-        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        path.write_text(original)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert project.planned_jobs("results/unet2d/fold0") == {}
 
 
