@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe import containers
+from accelpipe import containers, targets
 from accelpipe.codegraph import stage_code
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
@@ -36,19 +36,13 @@ IMAGE_MARKER = f"work/images/{containers.image_slug(IMAGE)}.json"
 # rerun trigger, so a rebuilt image re-runs what ran in the old one.
 CONTAINER = f"docker://{IMAGE}" if RUNTIME in ("docker", "apptainer") else None
 
-# workload -> (dataset, prepared variant)
-WORKLOAD_DATA = {
-    "unet2d": ("brats", "2d"),
-    "swinunetr": ("nsclc", "nifti"),
-    "resnet50": ("imagenet", "index"),
-}
-# (dataset, variant) -> workload whose `prepare` settings define the variant
-VARIANT_OWNER = {data: workload for workload, data in WORKLOAD_DATA.items()}
 
 
+# Names match loosely; the input functions then refuse a workload, run, dataset or variant
+# the config does not have, with a message naming the key, before any job runs.
 wildcard_constraints:
-    workload="|".join(WORKLOAD_DATA),
-    dataset="|".join(sorted({d for d, _ in WORKLOAD_DATA.values()})),
+    workload="[a-z0-9]+",
+    dataset="[a-z0-9]+",
     variant="[a-z0-9]+",
     run="(?!cv$)[A-Za-z0-9_-]+",
 
@@ -84,14 +78,22 @@ def image_input(wildcards):
     return [IMAGE_MARKER] if RUNTIME == "docker" else []
 
 
-def run_train(wildcards):
-    """The run's train settings: `<workload>.train` with `<workload>.runs.<run>` applied."""
+def checked(check, *args):
+    """Run a `targets` check; a target the config cannot have stops the plan, naming the key."""
     try:
-        return run_train_settings(
-            config[wildcards.workload], wildcards.workload, wildcards.run
-        )
+        return check(*args)
     except ConfigError as err:
         raise WorkflowError(f"invalid target: {err}") from None
+
+
+def workload_data(wildcards):
+    return checked(targets.workload_data, wildcards.workload)
+
+
+def run_train(wildcards):
+    """The run's train settings: `<workload>.train` with `<workload>.runs.<run>` applied."""
+    checked(targets.check_run, config, wildcards.workload, wildcards.run)
+    return run_train_settings(config[wildcards.workload], wildcards.workload, wildcards.run)
 
 
 def train_accelerators(wildcards):
@@ -146,17 +148,22 @@ def code_for(stage):
 
     def modules(wildcards):
         plugin = wildcards.get("dataset") or wildcards.get("workload")
+        if "dataset" in wildcards.keys():
+            checked(targets.check_dataset, plugin)
+        elif "workload" in wildcards.keys():
+            workload_data(wildcards)
         return [str(p) for p in stage_code(entry_modules(stage, plugin))]
 
     return modules
 
 
 def raw_config(wildcards):
+    checked(targets.check_dataset, wildcards.dataset)
     return as_json(config["datasets"][wildcards.dataset])
 
 
 def prepare_config(wildcards):
-    workload = VARIANT_OWNER[(wildcards.dataset, wildcards.variant)]
+    workload = checked(targets.variant_owner, wildcards.dataset, wildcards.variant)
     block = config[workload]
     slice_ = {"prepare": block.get("prepare", {})}
     if "folds" in block:
@@ -192,7 +199,7 @@ def evaluate_config(wildcards):
 
 
 def publish_config(wildcards):
-    dataset, _ = WORKLOAD_DATA[wildcards.workload]
+    dataset, _ = workload_data(wildcards)
     return as_json(
         {
             "backend": config["backend"],
@@ -204,15 +211,15 @@ def publish_config(wildcards):
 
 
 def raw_dir(wildcards):
-    dataset, _ = WORKLOAD_DATA[wildcards.workload]
+    dataset, _ = workload_data(wildcards)
     return f"{DATA}/raw/{dataset}"
 
 
 def prepared_dir(wildcards):
-    dataset, variant = WORKLOAD_DATA[wildcards.workload]
+    dataset, variant = workload_data(wildcards)
     return f"{DATA}/prepared/{dataset}/{variant}"
 
 
 def fold_results(wildcards):
-    folds = config[wildcards.workload]["folds"]
+    folds = checked(targets.check_cross_validation, config, wildcards.workload)
     return [f"results/{wildcards.workload}/fold{k}" for k in range(folds)]

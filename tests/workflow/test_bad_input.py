@@ -98,3 +98,28 @@ def test_msd_download_with_right_md5_prepares(
     prepared = project.root / "data/prepared/brats/2d"
     assert len(list(prepared.glob("*_x.npy"))) == 5
     assert (project.root / "data/downloads/brats/Task01_BrainTumour.tar").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "needle"),
+    [
+        ("results/unet2d/fold7", "config key 'unet2d.folds' is 5"),
+        ("work/unet2d/fold5/train", "config key 'unet2d.folds' is 5"),
+        ("results/swinunetr/nope", "config key 'swinunetr.runs' has no run 'nope'"),
+        ("results/swinunetr/cv", "swinunetr has no cross-validation"),
+        ("results/ssd/default", "unknown workload 'ssd'"),
+        ("data/raw/kits", "unknown dataset 'kits'"),
+        ("data/prepared/brats/3d", "'brats' has no prepared variant '3d'"),
+    ],
+)
+def test_target_the_config_cannot_have_is_refused_before_any_job(
+    project: Project, target: str, needle: str
+) -> None:
+    before = {p.relative_to(project.root) for p in project.root.rglob("*")}
+    proc = project.snakemake(target, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "invalid target: " in output and needle in output, output
+    assert "Building DAG of jobs" in output and "rule train:" not in output
+    after = {p.relative_to(project.root) for p in project.root.rglob("*")}
+    assert {p for p in after - before if ".snakemake" not in p.parts} == set()

@@ -1,7 +1,7 @@
 """Workloads: each wires a dataset, a model, a loss and a metric to an engine.
 
 A workload module exposes `train(...)` and `evaluate(...)`; which dataset and prepared
-variant it reads is the workflow's business (WORKLOAD_DATA in rules/common.smk).
+variant it reads is in accelpipe.targets.WORKLOAD_DATA.
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""Targets a config cannot have are refused with the key that decides them."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelpipe.config import validate
+from accelpipe.errors import ConfigError
+from accelpipe.targets import (
+    check_cross_validation,
+    check_dataset,
+    check_run,
+    variant_owner,
+    workload_data,
+)
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return validate({"unet2d": {"folds": 5}, "swinunetr": {"runs": {"default": {}, "b": {}}}})
+
+
+@pytest.mark.parametrize("run", ["fold0", "fold4"])
+def test_folds_below_the_count_exist(config: dict, run: str) -> None:
+    check_run(config, "unet2d", run)
+
+
+@pytest.mark.parametrize("run", ["fold5", "fold7", "fold01", "fold-1", "default", "fold"])
+def test_other_unet2d_runs_name_the_folds_key(config: dict, run: str) -> None:
+    with pytest.raises(ConfigError, match=r"'unet2d\.folds' is 5, so its runs are fold0 \.\.\. "):
+        check_run(config, "unet2d", run)
+
+
+def test_named_runs_come_from_the_runs_key(config: dict) -> None:
+    check_run(config, "swinunetr", "b")
+    with pytest.raises(ConfigError, match=r"'swinunetr\.runs' has no run 'c' \(known: b, default"):
+        check_run(config, "swinunetr", "c")
+
+
+def test_unknown_workload_lists_the_known_ones(config: dict) -> None:
+    with pytest.raises(ConfigError, match=r"unknown workload 'ssd' \(known: resnet50, swinu"):
+        check_run(config, "ssd", "default")
+    with pytest.raises(ConfigError, match="unknown workload 'ssd'"):
+        workload_data("ssd")
+
+
+def test_cross_validation_only_where_there_are_folds(config: dict) -> None:
+    assert check_cross_validation(config, "unet2d") == 5
+    with pytest.raises(ConfigError, match=r"swinunetr has no cross-validation.*'swinunetr\.runs'"):
+        check_cross_validation(config, "swinunetr")
+
+
+def test_datasets_and_variants() -> None:
+    assert variant_owner("brats", "2d") == "unet2d"
+    assert variant_owner("imagenet", "index") == "resnet50"
+    check_dataset("nsclc")
+    with pytest.raises(ConfigError, match=r"unknown dataset 'kits' \(known: brats, imagenet"):
+        check_dataset("kits")
+    with pytest.raises(ConfigError, match=r"'brats' has no prepared variant '3d' \(known: 2d\)"):
+        variant_owner("brats", "3d")
