@@ -6,7 +6,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 # The Snakefile reads the schema from this checkout's package; the rules run the
-# `accelpipe` CLI of the active environment (`make` installs this checkout into it).
+# `accelpipe` CLI installed beside the Python that runs Snakemake (see PATH below).
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
@@ -36,6 +36,18 @@ IMAGE_MARKER = f"work/images/{containers.image_slug(IMAGE)}.json"
 # rerun trigger, so a rebuilt image re-runs what ran in the old one.
 CONTAINER = f"docker://{IMAGE}" if RUNTIME in ("docker", "apptainer") else None
 
+
+# The rules run `accelpipe` from PATH. Put the directory of the Python running Snakemake
+# first, so `.venv/bin/snakemake` runs that venv's `accelpipe` from a shell that never
+# activated it. Jobs inside an image (--sdm apptainer) or a conda env use that
+# environment's own PATH; Slurm jobs re-read this file in the job's Snakemake.
+envvars:
+    "PATH",
+
+
+os.environ["PATH"] = os.pathsep.join(
+    [str(Path(sys.executable).parent), os.environ["PATH"]]
+)
 
 
 # Names match loosely; the input functions then refuse a workload, run, dataset or variant
@@ -93,7 +105,9 @@ def workload_data(wildcards):
 def run_train(wildcards):
     """The run's train settings: `<workload>.train` with `<workload>.runs.<run>` applied."""
     checked(targets.check_run, config, wildcards.workload, wildcards.run)
-    return run_train_settings(config[wildcards.workload], wildcards.workload, wildcards.run)
+    return run_train_settings(
+        config[wildcards.workload], wildcards.workload, wildcards.run
+    )
 
 
 def train_accelerators(wildcards):

@@ -5,6 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +167,25 @@ def test_killed_training_resumes_from_its_last_epoch(project: Project) -> None:
         steps = [int(r["step"]) for r in csv.DictReader(f)]
     assert steps == list(range(1, 121))  # no step lost or logged twice across the kill
     assert not partial.exists() and not (work / "train/checkpoint.pt").exists()
+
+
+def test_runs_from_a_shell_that_never_activated_the_venv(project: Project) -> None:
+    """`.venv/bin/snakemake ...` with a PATH that lacks the venv: the rules still find the
+    venv's `accelpipe` (that of the Python running Snakemake)."""
+    bare_path = "/usr/bin:/bin"
+    assert shutil.which("accelpipe", path=bare_path) is None  # nothing else to fall back on
+    snakemake = Path(sys.executable).parent / "snakemake"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env |= {"PATH": bare_path, "PYTHONPATH": str(project.root / "workflow")}
+    before = (project.root / "results/unet2d/fold0/provenance.json").stat().st_mtime_ns
+    proc = subprocess.run(
+        [str(snakemake), "--cores", "1", "results/unet2d/fold0", "--forcerun", "publish_run"],
+        cwd=project.root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "command not found" not in proc.stderr
+    after = (project.root / "results/unet2d/fold0/provenance.json").stat().st_mtime_ns
+    assert after > before  # publish really ran
