@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe import containers, targets
+from accelpipe import containers, provenance, targets
 from accelpipe.codegraph import stage_code
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
@@ -25,6 +25,11 @@ config.clear()
 config.update(_validated)
 
 DATA = config["data_root"]
+# provenance.json records the commit of this checkout, read here because a job may run in an
+# image without it; jobs get it through the environment (apptainer through APPTAINERENV_).
+_git_state = json.dumps(provenance.git_state(Path(workflow.basedir)))
+os.environ[provenance.GIT_STATE_ENV] = _git_state
+os.environ[f"APPTAINERENV_{provenance.GIT_STATE_ENV}"] = _git_state
 RUNTIME = config["runtime"]
 # The backend's image, tagged by the hash of its Dockerfile and the package sources.
 IMAGE = containers.image_ref(

@@ -92,7 +92,7 @@ def test_dotted_import_runs_every_parent_package(toy: Path) -> None:
 
 
 def test_an_entry_that_is_no_module_is_refused(toy: Path) -> None:
-    with pytest.raises(ValueError, match="accelpipe.nope"):
+    with pytest.raises(ValueError, match=r"accelpipe\.nope"):
         stage_code(["accelpipe.nope"], toy)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from accelpipe import containers
 from tests.integration.conftest import BASE_IMAGE, copy_wheelhouse
-from tests.workflow.project import TINY_CONFIG, Project, make_project
+from tests.workflow.project import TINY_CONFIG, Project, head_commit, make_project
 
 pytestmark = pytest.mark.integration
 TARGET = "results/unet2d/fold0"
@@ -51,6 +51,8 @@ def test_docker_results_equal_local_results(
         assert docker_bytes == local_bytes, name
     prov = json.loads((docker_project.root / TARGET / "provenance.json").read_text())
     assert prov["config"]["runtime"] == "docker"
+    # publish ran in the image, which holds no checkout: the commit came from the workflow
+    assert prov["git"] == {"commit": head_commit(docker_project.root), "dirty": False}
     images = {stage["image"] for stage in prov["stages"].values()}
     assert len(images) == 1 and images.pop().startswith("localhost/accelpipe/cpu-pytorch:")
 

@@ -175,4 +175,19 @@ def make_project(root: Path, config: dict = TINY_CONFIG) -> Project:
         else:
             shutil.copy2(source, root / name)
     (root / "config.yaml").write_text(yaml.safe_dump(config))
+    _commit_all(root)
     return Project(root)
+
+
+def _commit_all(root: Path) -> None:
+    """The copy is a git checkout with one commit, as a user's clone: provenance records it."""
+    (root / ".gitignore").write_text("data/\nwork/\nresults/\nlogs/\n.snakemake/\n")
+    identity = ["-c", "user.name=accelpipe tests", "-c", "user.email=tests@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], [*identity, "commit", "-q", "-m", "copy"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+def head_commit(root: Path) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()

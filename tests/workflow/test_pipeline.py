@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workflow.project import Project
+from tests.workflow.project import Project, head_commit
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def test_fold0_result_folder_is_complete(project: Project) -> None:
     assert provenance["config"]["unet2d"]["train"]["lr"] == 0.001
     assert {"raw", "prepare", "train", "evaluate", "trace"} <= set(provenance["stages"])
     assert provenance["packages"]["torch"].startswith("2.")
-    assert "commit" in provenance["git"]
+    assert provenance["git"] == {"commit": head_commit(project.root), "dirty": False}
 
 
 def test_second_run_has_nothing_to_do(project: Project) -> None:

@@ -32,6 +32,7 @@ IMAGES_FILE = Path("docker/images.yaml")
 IMAGE_INPUTS = ("pyproject.toml", "README.md", "requirements", "workflow/accelpipe")
 # Host variables a containerised stage may see; everything else stays outside.
 ENV_WHITELIST = (
+    "ACCELPIPE_GIT_STATE",  # provenance.GIT_STATE_ENV: the image holds no checkout
     "TZ",
     "LANG",
     "LC_ALL",

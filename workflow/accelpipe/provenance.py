@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -16,6 +17,9 @@ import accelpipe
 from accelpipe.io import read_json, write_json
 
 STAGE_FILE = "stage.json"
+# The checkout's git state as JSON, read by the workflow where the checkout is and handed to
+# every job (local, Slurm, container), since a container holds no checkout.
+GIT_STATE_ENV = "ACCELPIPE_GIT_STATE"
 PACKAGES = ("torch", "numpy", "nibabel", "snakemake", "jsonschema", "matplotlib")
 
 
@@ -67,13 +71,21 @@ def git_state(repo: Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
+def checkout_state() -> dict[str, Any]:
+    """The git state the workflow handed in, else that of the checkout holding this package."""
+    handed_in = os.environ.get(GIT_STATE_ENV)
+    if handed_in:
+        return json.loads(handed_in)
+    return git_state(accelpipe.REPO)
+
+
 def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str, Any]:
     """provenance.json: code version, config, packages, device and per-stage timings."""
     stages = {name: read_json(d / STAGE_FILE) for name, d in stage_dirs.items()}
     train = stages.get("train", {})
     return {
         "created": now_iso(),
-        "git": git_state(accelpipe.REPO),
+        "git": checkout_state(),
         "accelpipe": accelpipe.__version__,
         "config": config_slice,
         "backend": train.get("backend"),
