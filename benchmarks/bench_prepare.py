@@ -5,6 +5,10 @@ with the same number of worker processes. `ratio_to_floor` = floor_s / prepare_s
 prepare costs no more than decompression alone).
 
     PYTHONPATH=workflow python benchmarks/bench_prepare.py --cases 16 --shape 128 128 64
+
+`--variant` rewrites the synthetic images as another NIfTI variant before timing (labels stay
+NIfTI-1): `nifti2`, `big-endian` (NIfTI-1) or `scaled` (int16 with scl_slope/scl_inter); the
+default `nifti1` is the little-endian float32 NIfTI-1 of the MSD download.
 """
 
 from __future__ import annotations
@@ -19,7 +23,24 @@ import tempfile
 import time
 from pathlib import Path
 
+import nibabel as nib
+import numpy as np
+
 from accelpipe.datasets import brats
+
+VARIANTS = ("nifti1", "nifti2", "big-endian", "scaled")
+
+
+def _rewrite(image: Path, variant: str) -> None:
+    """Save `image` again as `variant` (same voxels, up to int16 rounding for `scaled`)."""
+    data = np.asanyarray(nib.load(image).dataobj)
+    nifti2 = variant == "nifti2"
+    header = (nib.Nifti2Header if nifti2 else nib.Nifti1Header)(
+        endianness=">" if variant == "big-endian" else "<"
+    )
+    img = (nib.Nifti2Image if nifti2 else nib.Nifti1Image)(data, np.eye(4), header)
+    img.set_data_dtype(np.int16 if variant == "scaled" else data.dtype)
+    nib.save(img, image)
 
 
 def _decompressed_size(path: str) -> int:
@@ -47,12 +68,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--patch", type=int, nargs=2, default=(192, 160), metavar=("H", "W"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="best of N timings for each side")
+    ap.add_argument("--variant", choices=VARIANTS, default="nifti1", help="images' NIfTI variant")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
     args = ap.parse_args(argv)
 
     scratch = Path(tempfile.mkdtemp(prefix="bench_prepare.", dir=args.tmp))
     try:
         task = brats.synthesize(scratch / "raw", cases=args.cases, shape=args.shape)
+        if args.variant != "nifti1":
+            for image in sorted((task / "imagesTr").glob("*.nii.gz")):
+                _rewrite(image, args.variant)
         files = sorted(str(p) for p in task.rglob("*.nii.gz"))
         input_mb = sum(Path(f).stat().st_size for f in files) / 1e6
         floor_s, raw_bytes, prepare_s = float("inf"), 0, float("inf")
@@ -71,6 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cases": args.cases,
         "shape": list(args.shape),
         "workers": args.workers,
+        "variant": args.variant,
         "input_mb": round(input_mb, 2),
         "raw_mb": round(raw_mb, 2),
         "floor_s": round(floor_s, 4),

@@ -1,12 +1,15 @@
 """Throughput and memory of the streaming trace summarizer on a generated kineto-style trace.
 
-Writes a ~``--size-mb`` MiB pretty-printed chrome trace (mostly ``cpu_op`` events with args,
-ProfilerStep/section annotations and their GPU mirrors, CUDA launches, kernels and flow
-events) to a temporary directory, reads it once in 1 MiB chunks as the I/O floor, then runs
-``summarize_traces`` in a child process so that its peak RSS is its own. Prints one JSON
-object on stdout; progress goes to stderr. MB here means MiB (2**20 bytes).
+Writes a ~``--size-mb`` MiB pretty-printed chrome trace to a temporary directory, reads it
+once in 1 MiB chunks as the I/O floor, then runs ``summarize_traces`` in a child process so
+that its peak RSS is its own. ``--style gpu`` (the default): mostly ``cpu_op`` events with
+args, ProfilerStep/section annotations and their GPU mirrors, CUDA launches (half of them
+from the autograd thread, as PyTorch launches backward work), kernels and flow events.
+``--style cpu``: what a CPU-only profile holds, the same without the device events. Prints
+one JSON object on stdout; progress goes to stderr. MB here means MiB (2**20 bytes).
 
     .venv/bin/python benchmarks/bench_trace_summary.py --size-mb 1024  # the child finds workflow/
+    .venv/bin/python benchmarks/bench_trace_summary.py --size-mb 1024 --style cpu
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ SECTIONS = ("forward", "loss", "backward", "optimizer_step")
 CPU_OPS_PER_SECTION = 100
 LAUNCHES_PER_SECTION = 15
 PID, TID, GPU_PID, STREAM = 4242, 4242, 0, 7
+AUTOGRAD_TID = 4250  # PyTorch's autograd worker thread: where backward launches come from
 
 CPU_OP = """  {
     "ph": "X",
@@ -112,7 +116,8 @@ KERNEL_NAMES = (
 class _Gen:
     """Emits one ProfilerStep worth of events at a time, with consistent ids and times."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: bool = True) -> None:
+        self.gpu = gpu
         self.ts = 1_000_000.0
         self.ext = 0
         self.corr = 0
@@ -145,25 +150,27 @@ class _Gen:
             i = self._id()
             op = OP_NAMES[k % len(OP_NAMES)]
             cpu.append(CPU_OP % (op, PID, TID, self.ts, 9.5, i, i))
-            if k % every == 0 and k // every < LAUNCHES_PER_SECTION:
-                self._launch(i, cpu, gpu)
+            if self.gpu and k % every == 0 and k // every < LAUNCHES_PER_SECTION:
+                tid = AUTOGRAD_TID if name == "backward" else TID
+                self._launch(i, tid, cpu, gpu)
             self.ts += 10.0
         cpu.insert(first, self._annotation("user_annotation", name, start))
-        gpu.append(self._annotation("gpu_user_annotation", name, start + 20.0, GPU_PID))
+        if self.gpu:
+            gpu.append(self._annotation("gpu_user_annotation", name, start + 20.0, GPU_PID))
 
-    def _launch(self, ext: int, cpu: list[str], gpu: list[str]) -> None:
+    def _launch(self, ext: int, tid: int, cpu: list[str], gpu: list[str]) -> None:
         self.corr += 1
         at = self.ts + 2.0
-        cpu.append(LAUNCH % (PID, TID, at, 4.0, ext, self.corr))
+        cpu.append(LAUNCH % (PID, tid, at, 4.0, ext, self.corr))
         kname = KERNEL_NAMES[self.corr % len(KERNEL_NAMES)]
         gpu.append(KERNEL % (kname, GPU_PID, STREAM, at + 15.0, 3.5, ext, STREAM, self.corr))
-        gpu.append(FLOW % ("s", self.corr, PID, TID, at, ""))
+        gpu.append(FLOW % ("s", self.corr, PID, tid, at, ""))
         gpu.append(FLOW % ("f", self.corr, GPU_PID, STREAM, at + 15.0, ', "bp": "e"'))
 
 
-def generate(path: Path, size_mb: float) -> tuple[int, int, int]:
+def generate(path: Path, size_mb: float, gpu: bool = True) -> tuple[int, int, int]:
     """Write the trace; returns (bytes, events, steps)."""
-    gen = _Gen()
+    gen = _Gen(gpu)
     target = int(size_mb * MIB)
     written = steps = 0
     with open(path, "w") as f:
@@ -197,8 +204,10 @@ t, c = time.perf_counter(), time.process_time()
 s = summarize_traces([sys.argv[1]])
 dt, dc = time.perf_counter() - t, time.process_time() - c
 steps = s["steps"]["count"] if s["steps"] else 0
+kernel_ms = {k: (v["kernel_ms"] or {}).get("total", 0.0) for k, v in s["sections"].items()}
 print(json.dumps({"seconds": dt, "cpu_seconds": dc, "events": s["events"], "steps": steps,
-                  "sections": {k: v["count"] for k, v in s["sections"].items()}}))
+                  "sections": {k: v["count"] for k, v in s["sections"].items()},
+                  "kernel_ms": kernel_ms, "device": s["device"]}))
 """
 
 
@@ -216,11 +225,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=float, default=1024.0, help="trace size in MiB")
     ap.add_argument("--tmpdir", default=None, help="where to write the temporary trace")
+    ap.add_argument("--style", choices=("gpu", "cpu"), default="gpu", help="what the trace holds")
     args = ap.parse_args(argv)
+    gpu = args.style == "gpu"
     with tempfile.TemporaryDirectory(prefix="bench_trace_", dir=args.tmpdir) as tmp:
         path = Path(tmp) / "bench.pt.trace.json"
         t0 = time.perf_counter()
-        nbytes, events, steps = generate(path, args.size_mb)
+        nbytes, events, steps = generate(path, args.size_mb, gpu)
         print(
             f"generated {nbytes / MIB:.0f} MiB, {events} events in {time.perf_counter() - t0:.1f}s",
             file=sys.stderr,
@@ -232,6 +243,12 @@ def main(argv: list[str] | None = None) -> None:
     got = sum(child["sections"].values())
     if child["events"] != events or child["steps"] != steps or got != want:
         sys.exit(f"wrong summary: {child} (expected {events} events, {steps} steps)")
+    # Every section launches LAUNCHES_PER_SECTION kernels of 3.5 µs per step (backward's
+    # from the autograd thread): all of them must be attributed.
+    want_ms = steps * LAUNCHES_PER_SECTION * 3.5 / 1000 if gpu else 0.0
+    wrong = {k: v for k, v in child["kernel_ms"].items() if abs(v - want_ms) > 1e-6 * steps}
+    if wrong or child["device"] != ("cuda" if gpu else "cpu"):
+        sys.exit(f"wrong kernel attribution: {wrong} (expected {want_ms} ms each)")
     size_mb = nbytes / MIB
     mb_per_s = size_mb / child["seconds"]
     baseline = size_mb / floor
@@ -239,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         json.dumps(
             {
                 "bench": "trace_summary",
+                "style": args.style,
                 "size_mb": round(size_mb, 1),
                 "seconds": round(child["seconds"], 3),
                 "mb_per_s": round(mb_per_s, 1),

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import zipfile
+from pathlib import Path
+
 import pytest
+
+CPU, GPU = {"pid": 100, "tid": 1}, {"pid": 0, "tid": 7}
 
 
 def x_event(cat: str, name: str, ts: float, dur: float, where: dict, /, **args: object) -> dict:
@@ -25,6 +32,21 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
+def section(count: int, cpu: list[float], kern=None, span=None, busy=None) -> dict:
+    """The summary entry of one section, from per-instance ms."""
+    return {
+        "count": count,
+        "cpu_ms": stats(cpu),
+        "kernel_ms": kern and stats(kern),
+        "kernel_span_ms": span and stats(span),
+        "device_busy_ms": busy and stats(busy),
+    }
+
+
+def step_stats(durations_ms: list[float], left_out: int = 0) -> dict:
+    return {"count": len(durations_ms), "ms": stats(durations_ms), "incomplete_left_out": left_out}
+
+
 def assert_close(got: object, want: object) -> None:
     """Recursive equality with float tolerance (stats are rounded to 1 ns)."""
     if isinstance(want, dict):
@@ -35,3 +57,67 @@ def assert_close(got: object, want: object) -> None:
         assert got == pytest.approx(want, abs=2e-6)
     else:
         assert got == want
+
+
+def dump(doc: dict, style: str) -> str:
+    """Serialize a trace document the ways producers do."""
+    if style == "compact":
+        return json.dumps(doc, separators=(",", ":"))
+    if style == "wide":  # gaps between events longer than the vectorised check handles
+        return json.dumps(doc, indent=10)
+    if style == "kineto":  # one key per line, "dur" then a lone comma line, like libkineto
+        lines = []
+        for ev in doc["traceEvents"]:
+            body = json.dumps(ev, indent=4).replace(',\n    "args"', '\n    ,\n    "args"', 1)
+            lines.append("  " + body.replace("\n", "\n  "))
+        head = {k: v for k, v in doc.items() if k not in ("traceEvents", "traceName")}
+        text = json.dumps(head, indent=2)[:-2] + ',\n  "traceEvents": [\n'
+        return text + ",\n".join(lines) + f'\n  ],"traceName": {json.dumps(doc["traceName"])} }}'
+    return json.dumps(doc, indent=2)
+
+
+def write_trace(path: Path, events: list[dict], style: str = "kineto") -> Path:
+    """A torch-like trace document around ``events``."""
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "Some Accelerator {0}"}],
+        "traceEvents": events,
+        "traceName": str(path),
+        "distributedInfo": {"backend": "nccl", "rank": 0},
+    }
+    path.write_text(dump(doc, style))
+    return path
+
+
+def filler() -> list[dict]:
+    """Bulk events that must be skipped without confusing the scanner."""
+    return [
+        {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
+        x_event("cpu_op", "aten::mm", 1105, 5, CPU, **{"Input Dims": [[2, 3], [3, 4]]}),
+        x_event("cpu_op", 'aten::weird}, {"x', 1140, 2, CPU, **{"Concrete Inputs": ["[1]", "{"]}),
+        x_event("cpu_op", "aten::nested", 1510, 3, CPU, items=[{"a": 1}, {"b": "}"}], cat="kernel"),
+        x_event("python_function", "nn.Module: Linear_0", 1101, 50, CPU, **{"Python id": 3}),
+        x_event("python_function", "C:\\torch\\{nn}\\", 1102, 1, CPU, note='say "}" \\'),
+        {"ph": "s", "id": 1, "pid": 100, "tid": 1, "ts": 1130, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 1200, "cat": "ac2g", "bp": "e"},
+        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 2900},
+        x_event("Trace", "PyTorch Profiler (0)", 900, 2100, {"pid": "Spans", "tid": "PyTorch"}),
+        {},
+    ]
+
+
+def without_paths(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k != "traces"}
+
+
+def gzipped(src: Path) -> Path:
+    dst = src.with_name(src.name + ".gz")
+    dst.write_bytes(gzip.compress(src.read_bytes()))
+    return dst
+
+
+def zipped(src: Path, name: str | None = None) -> Path:
+    dst = src.with_name(name or src.name.removesuffix(".json") + ".zip")
+    with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.write(src, "trace/" + src.name)
+    return dst

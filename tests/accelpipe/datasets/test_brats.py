@@ -1,8 +1,11 @@
-"""BraTS: synthetic data, raw check, dim-2 preprocessing, folds, failure modes."""
+"""BraTS and other MSD tasks: synthetic data, raw check, dim-2 preprocessing, folds, NIfTI
+variants (real files from nibabel's test data), failure modes."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import nibabel as nib
@@ -11,6 +14,14 @@ import pytest
 
 from accelpipe.datasets import brats
 from accelpipe.errors import DataError
+from tests.helpers.nifti_variants import (
+    HIPPOCAMPUS_LABELS,
+    label_for,
+    real,
+    save,
+    variant_task,
+    write_task,
+)
 
 SMALL = (32, 32, 16)
 
@@ -307,3 +318,165 @@ def test_channel_count_must_match_dataset_json(tmp_path):
     )
     with pytest.raises(DataError, match=r"BRATS_002\.nii\.gz: case BRATS_002 has 3 channels"):
         brats.prepare(task, tmp_path / "prep", patch_size=(4, 4), n_folds=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Other MSD tasks from real NIfTI files of every variant (nibabel's test data)
+# --------------------------------------------------------------------------------------------
+
+
+def _reference_case(image_path: Path, label_path: Path, patch: tuple[int, int]):
+    """prepare's output for one case, computed independently in float64 from nibabel's arrays."""
+    image = nib.load(image_path).get_fdata()
+    image = image[..., None] if image.ndim == 3 else image
+    image = image.transpose(3, 2, 1, 0)  # (C, Z, Y, X)
+    label = np.rint(nib.load(label_path).get_fdata()).reshape(image.shape[:0:-1]).T
+    hit = np.argwhere(np.any(image != 0, axis=0))
+    box = tuple(slice(lo, hi + 1) for lo, hi in zip(hit.min(0), hit.max(0), strict=True))
+    crop, lab = image[(slice(None), *box)], label[box]
+    mean = crop.mean(axis=(1, 2, 3), keepdims=True)
+    std = crop.std(axis=(1, 2, 3), keepdims=True)
+    crop = (crop - mean) / np.where(std > 1e-8, std, 1)
+    x = np.zeros((crop.shape[0], crop.shape[1], *patch))
+    y = np.zeros((1, crop.shape[1], *patch), dtype=np.uint8)
+    src, dst = [], []
+    for size, target in zip(crop.shape[2:], patch, strict=True):
+        if size <= target:
+            start = (target - size) // 2
+            src.append(slice(0, size))
+            dst.append(slice(start, start + size))
+        else:
+            start = (size - target) // 2
+            src.append(slice(start, start + target))
+            dst.append(slice(0, target))
+    x[:, :, dst[0], dst[1]] = crop[:, :, src[0], src[1]]
+    y[0, :, dst[0], dst[1]] = lab[:, src[0], src[1]]
+    return x, y
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("kind", ["3d", "4d"])
+def test_prepare_any_msd_task_of_real_nifti_variants(tmp_path, kind, workers):
+    task = tmp_path / "Task04_Variants"
+    cases = variant_task(task, kind)
+    out = brats.prepare(task, tmp_path / "prep", patch_size=(32, 24), n_folds=2, workers=workers)
+    config = json.loads((out / "config.json").read_text())
+    channels = 1 if kind == "3d" else 2
+    assert config == {
+        "patch_size": [32, 24],
+        "n_class": 3,
+        "in_channels": channels,
+        "labels": HIPPOCAMPUS_LABELS,
+        "cases": sorted(cases),
+    }
+    for case, (image, label) in cases.items():
+        x, y = np.load(out / f"{case}_x.npy"), np.load(out / f"{case}_y.npy")
+        ref_x, ref_y = _reference_case(image, label, (32, 24))
+        assert x.dtype == np.float32 and x.shape == ref_x.shape and x.shape[0] == channels, case
+        np.testing.assert_allclose(x, ref_x, rtol=1e-4, atol=1e-4, err_msg=case)
+        np.testing.assert_array_equal(y, ref_y, err_msg=case)
+        assert set(np.unique(y)) <= {0, 1, 2}
+
+
+def test_nifti2_image_prepares(tmp_path):
+    """The report: a NIfTI-2 file in imagesTr stopped prepare with HeaderDataError."""
+    task = tmp_path / brats.TASK
+    (task / "imagesTr").mkdir(parents=True)
+    image = shutil.copy(real("example_nifti2.nii.gz"), task / "imagesTr" / "n2.nii.gz")
+    label = save(task / "labelsTr" / "n2.nii.gz", label_for((32, 20, 12), 4))
+    other = save(task / "imagesTr" / "n1.nii.gz", nib.load(image).get_fdata(), scaled=True)
+    write_task(
+        task,
+        {"n2": (Path(image), label), "n1": (other, label)},
+        modality={"0": "a", "1": "b"},
+        labels=brats.LABELS,
+    )
+    out = brats.prepare(task, tmp_path / "prep", patch_size=(16, 16), n_folds=2)
+    assert np.load(out / "n2_x.npy").shape == (2, 12, 16, 16)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_unreadable_image_is_one_dataerror_naming_it(tmp_path, workers):
+    task = tmp_path / "Task04_Variants"
+    cases = variant_task(task, "3d")
+    bad = cases["anat_n2"][0]
+    data = bytearray(bad.read_bytes())
+    data[4:12] = b"n+3\0\r\n\x1a\n"  # a NIfTI-2 header with a wrong magic
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "prep"
+    out.mkdir()
+    (out / "marker.txt").write_text("earlier run")
+    with pytest.raises(DataError, match=re.escape(str(bad))):
+        brats.prepare(task, out, patch_size=(16, 16), n_folds=2, workers=workers)
+    _assert_untouched(out, "earlier run")
+
+
+def test_image_with_nan_voxels_is_named(tmp_path):
+    task = tmp_path / "Task04_Variants"
+    variant_task(task, "3d")
+    nan_image = real("resampled_anat_moved.nii")  # SPM output: NaN outside the brain
+    save(task / "labelsTr" / "nan.nii.gz", label_for(nib.load(nan_image).shape))
+    shutil.copy(nan_image, task / "imagesTr" / "nan.nii")
+    meta = json.loads((task / "dataset.json").read_text())
+    meta["training"].append({"image": "./imagesTr/nan.nii", "label": "./labelsTr/nan.nii.gz"})
+    (task / "dataset.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"imagesTr/nan\.nii: case nan has NaN"):
+        brats.prepare(task, tmp_path / "prep", patch_size=(16, 16), n_folds=2)
+
+
+def test_label_shape_mismatch_names_both_files(tmp_path):
+    task = tmp_path / "Task04_Variants"
+    cases = variant_task(task, "4d")
+    image, label = cases["nifti2"]
+    save(label, label_for((32, 20, 11)).astype(np.int16), nifti2=True)
+    with pytest.raises(DataError, match="case nifti2: image shape") as err:
+        brats.prepare(task, tmp_path / "prep", patch_size=(16, 16), n_folds=2)
+    assert str(image) in str(err.value) and str(label) in str(err.value)
+
+
+def test_images_of_unusable_dimensions_are_named(tmp_path):
+    task = tmp_path / "Task04_Variants"
+    cases = variant_task(task, "3d")
+    image, label = cases["standard_u8"]
+    save(image, np.ones((4, 5), np.uint8))  # 2D
+    with pytest.raises(DataError, match=rf"{re.escape(str(image))}: image of shape \(4, 5\)"):
+        brats.prepare(task, tmp_path / "prep", patch_size=(16, 16), n_folds=2)
+    save(image, np.ones((4, 5, 7), np.uint8))
+    save(label, np.zeros((4, 5, 7, 2), np.uint8))  # two label maps in one file
+    with pytest.raises(DataError, match=rf"{re.escape(str(label))}: label map of shape"):
+        brats.prepare(task, tmp_path / "prep", patch_size=(16, 16), n_folds=2)
+
+
+def test_vector_image_x_y_z_1_c_prepares(tmp_path):
+    """NIfTI stores vector images as (X, Y, Z, 1, C) (dim[4] = time = 1, dim[5] = components)."""
+    rng = np.random.default_rng(3)
+    image, label = _hand_case(rng)
+    vector = image[:, :, :, None, :]
+    task = _write_task(
+        tmp_path / brats.TASK, {"BRATS_001": (vector, label), "BRATS_002": (image, label)}
+    )
+    out = brats.prepare(task, tmp_path / "prep", patch_size=(6, 3), n_folds=2)
+    a, b = np.load(out / "BRATS_001_x.npy"), np.load(out / "BRATS_002_x.npy")
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{"1": "a", "2": "b"}, {"0": "bg", "x": "a"}, {"0": "bg"}, ["background", "a"]],
+    ids=["no-zero", "not-int", "one-label", "list"],
+)
+def test_malformed_labels_in_dataset_json_are_named(synth_task, labels):
+    meta = json.loads((synth_task / "dataset.json").read_text())
+    meta["labels"] = labels
+    (synth_task / "dataset.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"dataset\.json: 'labels'"):
+        brats.check_raw(synth_task)
+
+
+def test_dataset_meta_orders_labels_by_value(synth_task):
+    meta = json.loads((synth_task / "dataset.json").read_text())
+    meta["labels"] = {"2": "right", "0": "background", "1": "left hippocampus"}
+    meta["modality"] = {"0": "MRI"}
+    (synth_task / "dataset.json").write_text(json.dumps(meta))
+    labels, channels = brats.dataset_meta(synth_task)
+    assert list(labels.items()) == list(HIPPOCAMPUS_LABELS.items()) and channels == 1

@@ -10,18 +10,18 @@ pid with recipe args and no correlation; Synapse and bridge rows are ``hpu_op`` 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from accelpipe import traces
-from accelpipe.traces import summarize_traces
-from tests.helpers.chrome_traces import assert_close, stats
+from accelpipe.traces import reader, summarize_traces
+from tests.helpers.chrome_traces import assert_close, section, stats, step_stats
 from tests.helpers.chrome_traces import x_event as _x
 
 HOST = {"pid": 4242, "tid": 4242}
+# PyTorch's autograd engine runs backward (and launches its kernels) on a worker thread.
+AUTOGRAD = {"pid": 4242, "tid": 4250}
 NVIDIA = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072}]
 AMD = [{"id": 0, "name": "AMD Instinct MI300X", "gcnArchName": "gfx942:sramecc+:xnack-"}]
 
@@ -54,16 +54,6 @@ def _write(
     doc |= {"traceEvents": events, "traceName": str(path)}
     path.write_text(json.dumps(doc, indent=indent))
     return path
-
-
-def _section(count: int, cpu: list[float], kern=None, span=None, busy=None) -> dict:
-    return {
-        "count": count,
-        "cpu_ms": stats(cpu),
-        "kernel_ms": kern and stats(kern),
-        "kernel_span_ms": span and stats(span),
-        "device_busy_ms": busy and stats(busy),
-    }
 
 
 def _activity(kernels: int, kernel_ms: float, memcpy=(0, 0.0), orphans: int = 0) -> dict:
@@ -103,9 +93,10 @@ def _cuda_events() -> list[dict]:
         _x("kernel", "cooperative_reduce", 400, 20, GPU, correlation=5),
         _x(drv, "cuLaunchKernelEx", 330, 5, HOST, correlation=6),
         _x("kernel", "triton_red_fused_mean_1", 420, 5, GPU, correlation=6),
-        # backward: a CUDA graph (three kernels share the cudaGraphLaunch correlation), a copy,
-        # a stream sync (a device row, not a kernel) and one kernel that runs after the step.
-        _x(rt, "cudaGraphLaunch", 420, 8, HOST, correlation=7),
+        # backward: a CUDA graph (three kernels share the cudaGraphLaunch correlation; launched
+        # from the autograd thread), a copy, a stream sync (a device row, not a kernel) and
+        # one kernel that runs after the step.
+        _x(rt, "cudaGraphLaunch", 420, 8, AUTOGRAD, correlation=7),
         _x("kernel", "graph_k0", 500, 50, GPU_B, correlation=7),
         _x("kernel", "graph_k1", 560, 40, GPU_B, correlation=7),
         _x("kernel", "graph_k2", 600, 10, GPU_B, correlation=7),
@@ -123,16 +114,17 @@ def _cuda_events() -> list[dict]:
         _x(mirror, "backward", 499, 112, GPU_B),
         _x(mirror, "backward", 949, 52, GPU),
     ]
-    for corr, at, kernel_ts in ((1, 30, 100), (7, 420, 500), (10, 800, 950)):
-        ev += _flow(corr, HOST, GPU, at, kernel_ts)
+    for corr, src, at, kernel_ts in ((1, HOST, 30, 100), (7, AUTOGRAD, 420, 500)):
+        ev += _flow(corr, src, GPU, at, kernel_ts)
+    ev += _flow(10, HOST, GPU, 800, 950)
     return ev + _cpu_ops(HOST, 21) + _cpu_ops(HOST, 411)
 
 
 CUDA_SECTIONS = {
-    "step": _section(1, [0.98], [0.26], [0.9], [0.25]),  # busy: 85 + 25 + 100 + 40 (to 990)
-    "backward": _section(1, [0.49], [0.15], [0.5], [0.115]),  # busy: 15 (loss's) + 100
-    "forward": _section(1, [0.28], [0.085], [0.085], [0.085]),
-    "loss": _section(1, [0.09], [0.025], [0.025], None),  # its kernels ran after it
+    "step": section(1, [0.98], [0.26], [0.9], [0.25]),  # busy: 85 + 25 + 100 + 40 (to 990)
+    "backward": section(1, [0.49], [0.15], [0.5], [0.115]),  # busy: 15 (loss's) + 100
+    "forward": section(1, [0.28], [0.085], [0.085], [0.085]),
+    "loss": section(1, [0.09], [0.025], [0.025], None),  # its kernels ran after it
 }
 
 
@@ -141,7 +133,7 @@ def test_cuda_every_launch_name_joins_its_kernels(tmp_path: Path) -> None:
     assert summary["device"] == "cuda"
     assert list(summary["sections"]) == ["step", "backward", "forward", "loss"]
     assert_close(summary["sections"], CUDA_SECTIONS)
-    assert_close(summary["steps"], {"count": 1, "ms": stats([1.0])})
+    assert_close(summary["steps"], step_stats([1.0]))
     assert_close(summary["device_activity"], _activity(10, 0.26, memcpy=(1, 0.04)))
 
 
@@ -167,9 +159,10 @@ def _rocm_events(runtime_cat: str) -> list[dict]:
         _x("kernel", "triton_poi_fused_relu_0", 80, 15, ROCM_GPU, correlation=12),
         _x(runtime_cat, "hipMemcpyWithStream", 40, 30, HOST, correlation=13),
         _x("gpu_memcpy", "Memcpy HostToDevice (Host -> Device)", 95, 25, ROCM_GPU, correlation=13),
-        _x(runtime_cat, "hipModuleLaunchKernel", 220, 4, HOST, correlation=14),
+        # backward's launches come from the autograd thread (as in the MI250 trace)
+        _x(runtime_cat, "hipModuleLaunchKernel", 220, 4, AUTOGRAD, correlation=14),
         _x("kernel", "elementwise_kernel<512, 1>", 250, 50, ROCM_GPU, correlation=14),
-        _x(runtime_cat, "hipExtModuleLaunchKernel", 230, 4, HOST, correlation=15),
+        _x(runtime_cat, "hipExtModuleLaunchKernel", 230, 4, AUTOGRAD, correlation=15),
         _x("kernel", "triton_red_fused_1", 300, 10, ROCM_GPU, correlation=15),
         _x(runtime_cat, "hipLaunchKernel", 240, 4, HOST, correlation=16),
         _x("kernel", "late_kernel", 460, 20, ROCM_GPU, correlation=16),
@@ -190,11 +183,11 @@ def test_rocm_hip_launches_join_and_infer_rocm(
     assert_close(
         summary["sections"],
         {
-            "backward": _section(1, [0.24], [0.08], [0.23], [0.06]),  # span 250..480
-            "forward": _section(1, [0.19], [0.045], [0.045], [0.045]),
+            "backward": section(1, [0.24], [0.08], [0.23], [0.06]),  # span 250..480
+            "forward": section(1, [0.19], [0.045], [0.045], [0.045]),
         },
     )
-    assert_close(summary["steps"], {"count": 1, "ms": stats([0.5])})
+    assert_close(summary["steps"], step_stats([0.5]))
     assert_close(summary["device_activity"], _activity(5, 0.125, memcpy=(1, 0.025)))
 
 
@@ -219,12 +212,12 @@ def test_cpu_only_trace_on_a_gpu_machine(tmp_path: Path) -> None:
     assert_close(
         summary["sections"],
         {
-            "step": _section(2, [0.08, 0.27]),
-            "loader_next": _section(1, [0.019]),
-            "loader_first": _section(1, [0.009]),
+            "step": section(2, [0.08, 0.27]),
+            "loader_next": section(1, [0.019]),
+            "loader_first": section(1, [0.009]),
         },
     )
-    assert_close(summary["steps"], {"count": 2, "ms": stats([0.1, 0.3])})
+    assert_close(summary["steps"], step_stats([0.1, 0.3]))
     assert_close(summary["device_activity"], _activity(0, 0.0))
 
 
@@ -273,10 +266,10 @@ def _hpu_events() -> list[dict]:
 # Device busy per step: union of 300..500, 600..650, 780..850 = 320 µs; backward (270..800)
 # sees 200 + 50 + 20. forward and loss overlap no device work (lazy mode).
 HPU_SECTIONS = {
-    "step": _section(2, [0.89, 0.89], busy=[0.32, 0.32]),
-    "backward": _section(2, [0.53, 0.53], busy=[0.27, 0.27]),
-    "forward": _section(2, [0.18, 0.18]),
-    "loss": _section(2, [0.05, 0.05]),
+    "step": section(2, [0.89, 0.89], busy=[0.32, 0.32]),
+    "backward": section(2, [0.53, 0.53], busy=[0.27, 0.27]),
+    "forward": section(2, [0.18, 0.18]),
+    "loss": section(2, [0.05, 0.05]),
 }
 
 
@@ -284,7 +277,7 @@ def test_hpu_trace_counts_device_ops_and_attributes_them_by_overlap(tmp_path: Pa
     summary = summarize_traces([_write(tmp_path / "hpu.json", _hpu_events(), [])])
     assert summary["device"] == "hpu"
     assert_close(summary["sections"], HPU_SECTIONS)
-    assert_close(summary["steps"], {"count": 2, "ms": stats([1.0, 1.0])})
+    assert_close(summary["steps"], step_stats([1.0, 1.0]))
     # 4 ops per step + 1; none carries a correlation, so none joins a launch.
     assert_close(summary["device_activity"], _activity(9, 0.77, memcpy=(2, 0.02), orphans=9))
     markdown = traces.render_markdown(summary)
@@ -315,7 +308,7 @@ def test_device_events_without_any_hint_are_taken_for_cuda(tmp_path: Path) -> No
     events = [_x("user_annotation", "step", 0, 100, HOST), _x("kernel", "k", 10, 20, TPC, device=1)]
     summary = summarize_traces([_write(tmp_path / "p.json", events, [{"name": "?"}])])
     assert summary["device"] == "cuda"
-    assert_close(summary["sections"], {"step": _section(1, [0.1], busy=[0.02])})
+    assert_close(summary["sections"], {"step": section(1, [0.1], busy=[0.02])})
     assert summary["device_activity"]["kernels_without_launch"] == 1
 
 
@@ -330,7 +323,7 @@ def test_hpu_ops_with_a_correlation_join_like_cuda_kernels(tmp_path: Path) -> No
     summary = summarize_traces([_write(tmp_path / "hpu.json", events)])
     assert summary["device"] == "hpu"
     # The kernels ran after forward's CPU interval: kernel time, but no busy overlap.
-    assert_close(summary["sections"], {"forward": _section(1, [0.1], [0.06], [0.05])})
+    assert_close(summary["sections"], {"forward": section(1, [0.1], [0.06], [0.05])})
     assert summary["device_activity"]["kernels_without_launch"] == 0
 
 
@@ -373,7 +366,7 @@ def test_a_host_row_with_a_device_rows_ids_keeps_its_sections(tmp_path: Path) ->
         _x("gpu_user_annotation", "forward", 49, 22, row),
     ]
     summary = summarize_traces([_write(tmp_path / "pid1.json", events)])
-    assert_close(summary["sections"], {"forward": _section(1, [0.1], [0.02], [0.02], [0.02])})
+    assert_close(summary["sections"], {"forward": section(1, [0.1], [0.02], [0.02], [0.02])})
 
 
 # --------------------------------------------------------------------------- streaming
@@ -389,29 +382,8 @@ def test_vendor_traces_give_the_same_summary_in_tiny_chunks(
         _write(tmp_path / "hpu.json", _hpu_events(), [], indent=None),
     ]
     want = [summarize_traces([p]) for p in paths]
-    monkeypatch.setattr(traces, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
     assert [summarize_traces([p]) for p in paths] == want
-
-
-def test_device_busy_matches_a_brute_force_union() -> None:
-    rng = random.Random(3)
-    scan = traces._Scan()
-    intervals = []
-    for _ in range(300):
-        ts, dur = rng.uniform(0, 1000), rng.choice([0.0, rng.uniform(0, 30)])
-        scan.kern_ts.append(ts)
-        scan.kern_dur.append(dur)
-        intervals.append((ts, ts + dur))
-    windows = [(a, a + rng.uniform(0, 200)) for a in (rng.uniform(-50, 1050) for _ in range(200))]
-    windows += [(0.0, 0.0), (-10.0, 2000.0), (intervals[0][0], intervals[0][0])]
-    got = traces._busy_within(scan, *(np.array(c) for c in zip(*windows, strict=True)))
-    for (lo, hi), value in zip(windows, got, strict=True):
-        clipped = sorted((max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo))
-        total, reach = 0.0, -np.inf
-        for s, e in clipped:
-            total += max(0.0, e - max(s, reach))
-            reach = max(reach, e)
-        assert value == pytest.approx(total, abs=1e-9)
 
 
 # --------------------------------------------------------------------------- a real CPU trace

@@ -1,0 +1,212 @@
+"""The summarizer reads TensorFlow trace viewer JSON (accelpipe.traces.tf_sections): real
+traces written by the TF engine (ops and XLA) checked against a plain reading of their
+events, a hand-built trace with GPU rows, and the summarize-trace stage end to end.
+
+No torch here: `make test-tf215` runs this module under TensorFlow 2.15 too."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from accelpipe.cli import main
+from accelpipe.engines.keras2 import keras
+from accelpipe.engines.tf_trainer import run_training
+from accelpipe.traces import summarize_traces, write_summary
+from tests.helpers import tf_toy
+
+pytestmark = pytest.mark.tensorflow
+
+SCOPE = {"forward": "forward", "loss": "loss", "backward": "backward"}
+SCOPE |= {"gradient_tape": "backward", "optimizer_step": "optimizer_step"}
+
+
+def _run(work: Path, compile_: bool) -> Path:
+    schedule = {"wait": 1, "warmup": 0, "active": 2, "repeat": 1}
+    cfg = {
+        "backend": "cpu",
+        "train": {"epochs": 1, "lr": 0.05, "seed": 3, "batch_size": 4, "compile": compile_},
+        "profile": {"enabled": True, "schedule": schedule},
+    }
+    try:
+        run_training(cfg, work, tf_toy.make_job)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return work / "traces"
+
+
+@pytest.fixture(scope="module")
+def eager_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run(tmp_path_factory.mktemp("tf_eager"), compile_=False)
+
+
+@pytest.fixture(scope="module")
+def xla_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run(tmp_path_factory.mktemp("tf_xla"), compile_=True)
+
+
+def _plain(path: Path) -> dict:
+    """An independent reading: json.load and loops. Per section, the per-step CPU values
+    (Trace events: durations; op scopes: first op start to last op end per group_id)."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    steps, host, spans = [], defaultdict(list), defaultdict(dict)
+    for ev in events:
+        if ev.get("ph") != "X":
+            continue
+        args = ev.get("args") or {}
+        if ev["name"].startswith("train ") and ev["name"][6:].isdigit():
+            steps.append(ev["dur"])
+        elif ev["name"] in ("loader_first", "loader_next", "step"):
+            host[ev["name"]].append(ev["dur"])
+        elif "/" in args.get("long_name", ""):
+            sec = SCOPE.get(args["long_name"].split("/")[0])
+            if sec is None:
+                continue
+            lo, hi = spans[sec].get(args["group_id"], (float("inf"), float("-inf")))
+            spans[sec][args["group_id"]] = (min(lo, ev["ts"]), max(hi, ev["ts"] + ev["dur"]))
+    for sec, groups in spans.items():
+        host[sec] = [hi - lo for lo, hi in groups.values()]
+    return {"steps": steps, "sections": dict(host)}
+
+
+def _check_against_plain(summary: dict, plain: dict) -> None:
+    assert summary["steps"]["count"] == len(plain["steps"]) and summary["steps"]["ms"]
+    assert summary["steps"]["incomplete_left_out"] == 0
+    assert summary["steps"]["ms"]["total"] == pytest.approx(sum(plain["steps"]) / 1e3, abs=1e-6)
+    assert set(summary["sections"]) == set(plain["sections"])
+    for name, values in plain["sections"].items():
+        sec = summary["sections"][name]
+        assert sec["count"] == len(values), name
+        assert sec["cpu_ms"]["total"] == pytest.approx(sum(values) / 1e3, abs=1e-6), name
+        assert sec["cpu_ms"]["max"] == pytest.approx(max(values) / 1e3, abs=1e-6), name
+        assert sec["kernel_ms"] is None and sec["device_busy_ms"] is None
+
+
+def test_a_real_tf_trace_with_ops_gives_every_section(eager_traces: Path) -> None:
+    (path,) = sorted(eager_traces.glob("*.json.gz"))
+    summary = summarize_traces([path])
+    assert summary["format"] == "tf-trace-viewer" and summary["device"] == "cpu"
+    plain = _plain(path)
+    assert {"loader_next", "step", "forward", "loss", "backward", "optimizer_step"} <= set(
+        plain["sections"]
+    )
+    _check_against_plain(summary, plain)
+    assert summary["device_activity"]["kernel"]["count"] == 0
+    assert len(summary["notes"]) == 1  # the rule, no XLA note
+
+
+def test_a_real_xla_tf_trace_reports_only_host_sections_and_says_why(xla_traces: Path) -> None:
+    (path,) = sorted(xla_traces.glob("*.json.gz"))
+    summary = summarize_traces([path])
+    plain = _plain(path)
+    assert set(plain["sections"]) == {"loader_next", "step"}
+    _check_against_plain(summary, plain)
+    assert any("XLA" in note for note in summary["notes"])
+
+
+def test_the_stage_writes_summary_json_md_and_png_for_a_tf_run(
+    eager_traces: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "trace"
+    assert main(["summarize-trace", "--traces", str(eager_traces), "--out", str(out)]) == 0
+    text = (out / "summary.json").read_text()
+    summary = json.loads(text, parse_constant=pytest.fail)  # strict JSON: no NaN
+    assert summary["format"] == "tf-trace-viewer" and "forward" in summary["sections"]
+    md = (out / "summary.md").read_text()
+    assert "| forward |" in md and "| backward |" in md and "Note: TensorFlow trace" in md
+    assert (out / "step_breakdown.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- a hand-built trace with GPU rows -------------------------------------------------------
+#
+# Assumed shape (after xprof's trace viewer output for a GPU host; no GPU to record one
+# here): process metadata "/host:CPU" (pid 701) and "/device:GPU:0" (pid 1); GPU lines named
+# "Stream #N(...)" carrying kernels with string args correlation_id, group_id, tf_op and
+# long_name ("<scope path>/<op>:<OpType>"); derived lines on the same process
+# ("TensorFlow Name Scope", "TensorFlow Ops", "XLA Ops") repeating the kernels' time;
+# host ops on an executor thread with long_name; Trace events and "train <n>" markers on
+# the python thread. Times in µs, args values as strings (as xprof writes them).
+
+HOST, GPU = 701, 1
+PY, EXEC, STREAM, SCOPES, OPS = 10, 11, 20, 21, 22
+
+
+def _x(name: str, ts: float, dur: float, pid: int, tid: int, **args: str) -> dict:
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+
+def _gpu_trace() -> dict:
+    events: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": HOST, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": GPU, "args": {"name": "/device:GPU:0"}},
+    ]
+    for tid, name, pid in (
+        (PY, "python", HOST),
+        (EXEC, "tf_Compute/1", HOST),
+        (STREAM, "Stream #7(Kernel)", GPU),
+        (SCOPES, "TensorFlow Name Scope", GPU),
+        (OPS, "TensorFlow Ops", GPU),
+    ):
+        meta = {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid}
+        events.append(meta | {"args": {"name": name}})
+    for step in (1, 2):
+        g, t = str(step), 1000.0 * step
+        events.append(_x(f"train {step}", t, 900, HOST, PY, group_id=g, step_num=g))
+        events.append(_x("loader_next", t + 1, 100, HOST, PY, group_id=g))
+        events.append(_x("step", t + 110, 700, HOST, PY, group_id=g))
+        for i, (scope, op) in enumerate(
+            [("forward/dense", "MatMul"), ("loss/mean", "Mean"),
+             ("gradient_tape/forward/dense", "MatMul"), ("optimizer_step/sgd", "Update")]
+        ):  # fmt: skip
+            long_name = f"{scope}/{op}:{op}"
+            h = t + 120 + 20 * i
+            events.append(_x(op, h, 10, HOST, EXEC, group_id=g, long_name=long_name))
+            k = t + 300 + 50 * i
+            kargs = {"group_id": g, "tf_op": long_name, "correlation_id": str(10 * step + i)}
+            events.append(_x(f"kernel_{i}", k, 30, GPU, STREAM, **kargs))
+            events.append(_x(f"kernel_{i}b", k + 20, 20, GPU, STREAM, **kargs))  # overlaps
+            # Derived lines: the same time again; must not count.
+            events.append(_x(scope.split("/")[0], k, 40, GPU, SCOPES, group_id=g))
+            events.append(_x(long_name, k, 40, GPU, OPS, group_id=g, tf_op=long_name))
+        copy = {"group_id": g, "correlation_id": str(99 + step)}
+        events.append(_x("MemcpyH2D", t + 200, 5, GPU, STREAM, **copy))
+    return {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "traceEvents": events}
+
+
+def test_a_tf_trace_with_gpu_rows_gives_kernel_time_per_section(tmp_path: Path) -> None:
+    path = tmp_path / "trace_step000002.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(_gpu_trace()).encode()))
+    summary = write_summary([path], tmp_path / "out")
+    assert summary["device"] == "gpu" and summary["steps"]["count"] == 2
+    secs = summary["sections"]
+    assert set(secs) == {"loader_next", "step", "forward", "loss", "backward", "optimizer_step"}
+    for name in ("forward", "loss", "backward", "optimizer_step"):
+        sec = secs[name]
+        assert sec["count"] == 2
+        assert sec["cpu_ms"]["total"] == pytest.approx(0.020)  # one 10 µs op per step
+        assert sec["kernel_ms"]["total"] == pytest.approx(0.100)  # (30 + 20) µs per step
+        assert sec["kernel_span_ms"]["mean"] == pytest.approx(0.040)  # k .. k + 40
+        assert sec["device_busy_ms"]["mean"] == pytest.approx(0.040)  # union, not the sum
+    # "step" holds all kernels of its step (time inside the event covered by any kernel).
+    assert secs["step"]["kernel_ms"] is None
+    assert secs["step"]["device_busy_ms"]["mean"] == pytest.approx(0.160)  # 4 x 40 µs
+    activity = summary["device_activity"]
+    assert activity["kernel"] == {"count": 16, "total_ms": pytest.approx(0.4)}
+    assert activity["gpu_memcpy"] == {"count": 2, "total_ms": pytest.approx(0.01)}
+    assert (tmp_path / "out" / "summary.md").exists()
+
+
+def test_perfetto_and_non_trace_json_are_still_refused(tmp_path: Path) -> None:
+    from accelpipe.errors import DataError
+
+    perfetto = {"traceEvents": [_x("RunTask", 0, 1, 1, 2)], "systemTraceEvents": ""}
+    for name, doc in (("p.json", perfetto), ("n.json", {"traceEvents": [{"a": 1}]})):
+        path = tmp_path / name
+        path.write_text(json.dumps(doc))
+        with pytest.raises(DataError):
+            summarize_traces([path])

@@ -1,0 +1,244 @@
+"""Per-file event collection: picks the few events worth decoding out of each block the
+reader hands over, decodes them in one batch, and keeps what the join needs in compact
+``array`` columns (section intervals, steps, launches, kernels), plus device hints and what
+the file shows about its producer (``formats.Evidence``).
+
+Events whose ``ts`` or ``dur`` is not a finite number (Python's json writes ``NaN``, and
+accepts it back) are skipped and counted: one NaN would otherwise turn every statistic it
+touches into NaN.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from array import array
+from typing import Any
+
+import numpy as np
+
+from accelpipe.traces import classify
+from accelpipe.traces.classify import ANNOTATION, KERNEL, MIRROR, OTHER, RUNTIME
+from accelpipe.traces.formats import SAMPLE_EVENTS, Evidence
+from accelpipe.traces.reader import loads_batch
+from accelpipe.traces.tf_collect import TFEvents
+
+# Events whose "cat" is anything but a bulk category get decoded. Run on escape-free bytes, so
+# a match is a real "cat" key (possibly nested in args: the decoded event decides).
+_INTEREST_RE = re.compile(
+    rb'"cat"\s*:\s*"(?!(?:' + b"|".join(c.encode() for c in classify.BULK_CATS) + rb')")'
+)
+# A bulk category: proof of a kineto trace when a block holds nothing else.
+_BULK_RE = re.compile(
+    rb'"cat"\s*:\s*"(?:' + b"|".join(c.encode() for c in classify.BULK_CATS) + rb')"'
+)
+_NUM = (int, float)  # compared with type(), so bools are not numbers here
+
+
+class FileEvents:
+    """What one trace file contributes. Threads are small ints (``thread``); each knows its
+    process (``thread_pid``), since launches join sections of the same process."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.nonfinite = 0  # decoded events skipped for a NaN/inf ts or dur
+        self.evidence = Evidence()
+        self.names: dict[str, int] = {}
+        self.threads: dict[Any, int] = {}
+        self.thread_pid = array("i")
+        self._pids: dict[Any, int] = {}
+        self.sec_name, self.sec_thread = array("i"), array("i")
+        self.sec_ts, self.sec_dur = array("d"), array("d")
+        self.step_thread, self.step_ts, self.step_dur = array("i"), array("d"), array("d")
+        self.launch_corr, self.launch_thread, self.launch_ts = array("q"), array("i"), array("d")
+        self.kern_corr, self.kern_ts, self.kern_dur = array("q"), array("d"), array("d")
+        self.kern_rows: set[Any] = set()  # (pid, tid) of rows carrying kernels
+        self.copies = {classify.MEMCPY: [0, 0.0], classify.MEMSET: [0, 0.0]}
+        self.hints: set[str] = set()
+        self._roles: dict[str, str] = {}
+        self._launch_names: set[str] = set()
+        # TF trace viewer events (no kineto "cat"), collected while the file may be one.
+        self.tf: TFEvents | None = None
+
+    # -- the reader's Sink interface ----------------------------------------------------
+
+    def top_level(self, key: str, value: Any) -> None:
+        self.evidence.top_level(key, value)
+        if key == "deviceProperties":
+            classify.property_hints(value, self.hints)
+
+    def take_block(
+        self, seg: bytes, clean: bytes, starts: np.ndarray, ends: np.ndarray, base: int
+    ) -> None:
+        # The collector would find nothing to free, but thousands of freshly decoded dicts
+        # sit in its youngest generation and every collection walks them all: off while
+        # the block's events are decoded and recorded.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._take_block(seg, clean, starts, ends, base)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _take_block(
+        self, seg: bytes, clean: bytes, starts: np.ndarray, ends: np.ndarray, base: int
+    ) -> None:
+        evidence = self.evidence
+        evidence.events = self.events + len(starts)
+        if not self.events:
+            n = min(len(starts), SAMPLE_EVENTS)
+            head = (starts[:n].tolist(), (ends[:n] + 1).tolist())
+            evidence.sample = loads_batch(seg, *head, base, self.events)
+        if not evidence.kineto_cats:  # settled in the first block of a kineto trace
+            self._look_for_format(clean)
+            if not evidence.kineto_cats:  # maybe TensorFlow's: its events have no "cat"
+                if self.tf is None:
+                    self.tf = TFEvents()
+                self.tf.take_block(seg, clean, starts, ends, base, self.events)
+        hits = [m.start() for m in _INTEREST_RE.finditer(clean, 0, int(ends[-1]) + 1)]
+        if not hits:
+            return
+        idx = np.unique(np.searchsorted(starts, hits, side="right") - 1)
+        idx = idx[idx >= 0]
+        picked = (starts[idx].tolist(), (ends[idx] + 1).tolist())
+        self.add_many(loads_batch(seg, *picked, base, self.events))
+
+    def _look_for_format(self, clean: bytes) -> None:
+        m = _BULK_RE.search(clean)
+        if m is not None:
+            cat = m.group().rsplit(b'"', 2)[1].decode()
+            self.evidence.category(cat, kineto=True)
+        else:
+            self.evidence.look_for_tf(clean)
+
+    # -- decoded events -------------------------------------------------------------------
+
+    def add_many(self, events: list) -> None:
+        """Record decoded events. Kernels and launches are the bulk of what is decoded, so
+        their handling is inline; finite checks are ``x - x == 0`` (False for NaN and inf)."""
+        roles, threads = self._roles, self.threads
+        kern_corr, kern_ts, kern_dur = self.kern_corr, self.kern_ts, self.kern_dur
+        kern_rows = self.kern_rows
+        l_corr, l_thread, l_ts = self.launch_corr, self.launch_thread, self.launch_ts
+        for ev in events:
+            if type(ev) is not dict:
+                continue
+            cat = ev.get("cat")
+            role = roles.get(cat)  # type: ignore[arg-type]
+            if role is None:
+                if type(cat) is not str:
+                    continue
+                role = self._role(cat)
+            ts = ev.get("ts")
+            if role is RUNTIME or (role is OTHER and classify.looks_like_launch(ev.get("name"))):
+                name = ev.get("name")
+                if type(name) is str and name not in self._launch_names:
+                    self._launch_names.add(name)
+                    classify.name_hint(name, self.hints)
+                corr = _correlation(ev)
+                if corr < 0 or type(ts) not in _NUM:
+                    continue
+                if ts - ts != 0:
+                    self.nonfinite += 1
+                    continue
+                key = (ev.get("pid"), ev.get("tid"))
+                try:
+                    thread = threads[key]
+                except (KeyError, TypeError):  # new, or an unhashable pid/tid
+                    thread = self.thread(key)
+                l_corr.append(corr)
+                l_thread.append(thread)
+                l_ts.append(ts)
+                continue
+            if role is OTHER or role is MIRROR or ev.get("ph") != "X":
+                continue
+            dur = ev.get("dur")
+            if type(ts) not in _NUM or type(dur) not in _NUM:
+                continue
+            if ts - ts != 0 or dur - dur != 0:
+                self.nonfinite += 1
+                continue
+            if role is KERNEL:
+                corr = _correlation(ev)
+                if corr < 0 and "hpu" not in self.hints:
+                    self._uncorrelated_kernel(ev)
+                kern_corr.append(corr)
+                kern_ts.append(ts)
+                kern_dur.append(dur)
+                try:  # noqa: SIM105 (a hot path: contextlib.suppress costs more)
+                    kern_rows.add((ev.get("pid"), ev.get("tid")))
+                except TypeError:  # a list or object as pid/tid: not a device row we know
+                    pass
+            elif role is ANNOTATION:
+                self._annotation(ev, ts, dur)
+            else:
+                totals = self.copies[role]
+                totals[0] += 1
+                totals[1] += dur
+
+    def _role(self, cat: str) -> str:
+        """Classify a category once (a trace has only a handful of them)."""
+        role = classify.category_role(cat, self.hints)
+        self.evidence.category(cat, classify.is_kineto_category(cat))
+        self._roles[cat] = role
+        return role
+
+    def thread(self, key: Any) -> int:
+        """Small integer id of a (pid, tid) pair, registering its process."""
+        try:
+            hash(key)
+        except TypeError:  # a list or object as pid/tid: key it by its text
+            key = repr(key)
+        found = self.threads.get(key)
+        if found is not None:
+            return found
+        pid = key[0] if isinstance(key, tuple) else key
+        self.thread_pid.append(self._pids.setdefault(pid, len(self._pids)))
+        return self.threads.setdefault(key, len(self.threads))
+
+    def _uncorrelated_kernel(self, ev: dict) -> None:
+        """Gaudi's device ops carry recipe metadata and no correlation."""
+        args = ev.get("args")
+        if type(args) is dict and any(k in args for k in classify.HPU_KERNEL_ARGS):
+            self.hints.add("hpu")
+
+    def _annotation(self, ev: dict, ts: float, dur: float) -> None:
+        name = ev.get("name")
+        name = name if type(name) is str else str(name)
+        thread = self.thread((ev.get("pid"), ev.get("tid")))
+        if classify.is_step(name):
+            self.step_thread.append(thread)
+            self.step_ts.append(ts)
+            self.step_dur.append(dur)
+            return
+        self.sec_name.append(self.names.setdefault(name, len(self.names)))
+        self.sec_thread.append(thread)
+        self.sec_ts.append(ts)
+        self.sec_dur.append(dur)
+
+    # -- views for the join ---------------------------------------------------------------
+
+    def device_rows(self) -> np.ndarray:
+        """Thread ids of rows with kernels and no runtime events: device rows. (A host row
+        that shares a device row's pid/tid, say pid 1 in a container, has launches.)"""
+        rows = {self.threads[k] for k in self.kern_rows if k in self.threads}
+        rows -= set(np.unique(np.frombuffer(self.launch_thread, np.int32)).tolist())
+        return np.fromiter(rows, np.int32, len(rows))
+
+    def pid_of(self, threads: array | np.ndarray) -> np.ndarray:
+        """Process ids (small ints) of thread ids."""
+        table = np.frombuffer(self.thread_pid, np.int32)
+        return table[np.asarray(threads, dtype=np.int64)] if len(table) else np.zeros(0, np.int32)
+
+    def activity(self) -> dict[str, list]:
+        """Count and total µs of kernels, memcpys and memsets."""
+        kernels = [len(self.kern_dur), float(np.frombuffer(self.kern_dur, np.float64).sum())]
+        return {KERNEL: kernels, **{k: list(v) for k, v in self.copies.items()}}
+
+
+def _correlation(ev: dict) -> int:
+    """``args.correlation`` as a non-negative int, or -1 when absent."""
+    args = ev.get("args")
+    corr = args.get("correlation") if type(args) is dict else None
+    return corr if type(corr) is int and 0 <= corr < 1 << 63 else -1  # fits array("q")

@@ -1,0 +1,72 @@
+"""The human-readable report (summary.md)."""
+
+from __future__ import annotations
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.3f}"
+
+
+def _cell(name: str) -> str:
+    return name.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _facts(summary: dict) -> list[str]:
+    lines = []
+    traces = ", ".join(f"`{t}`" for t in summary["traces"])
+    lines.append(f"- Traces ({len(summary['traces'])}): {traces}")
+    lines.append(f"- Device: {summary['device']}")
+    mb = summary["bytes"] / 2**20
+    lines.append(f"- Events: {summary['events']:,} ({mb:,.1f} MiB of JSON)")
+    skipped = (summary.get("skipped_events") or {}).get("non_finite_time")
+    if skipped:
+        lines.append(f"- Events skipped for a NaN or infinite ts/dur: {skipped:,}")
+    activity = summary.get("device_activity") or {}
+    orphans, kernels = activity.get("kernels_without_launch"), activity.get("kernel")
+    if orphans and kernels:
+        lines.append(
+            f"- Kernels not joined to a launch (no correlation): {orphans:,} of "
+            f"{kernels['count']:,}; they count in device busy time (overlap), not in kernel time"
+        )
+    lines.append(_steps_line(summary.get("steps")))
+    lines += [f"- Note: {note}" for note in summary.get("notes") or []]
+    return lines
+
+
+def _steps_line(steps: dict | None) -> str:
+    if not steps:
+        return "- Steps: none (no ProfilerStep#N or TensorFlow train <n> step markers)"
+    left_out = steps.get("incomplete_left_out") or 0
+    note = (
+        f" ({left_out} incomplete last step{'s' if left_out != 1 else ''} left out)"
+        if left_out
+        else ""
+    )
+    ms = steps["ms"]
+    if ms is None:
+        return f"- Steps: none complete{note}"
+    return (
+        f"- Steps: {steps['count']}{note}, mean {_fmt(ms['mean'])} ms "
+        f"(min {_fmt(ms['min'])}, median {_fmt(ms['median'])}, max {_fmt(ms['max'])})"
+    )
+
+
+def render_markdown(summary: dict) -> str:
+    """A short report: header facts, step times and a section table."""
+    lines = ["# Profiler trace summary", "", *_facts(summary), ""]
+    if not summary["sections"]:
+        lines.append("No `record_function` sections in the trace.")
+        return "\n".join(lines) + "\n"
+    lines.append(
+        "| Section | Count | CPU mean ms | CPU total ms | Kernel mean ms | Kernel span mean ms "
+        "| Device busy mean ms |"
+    )
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    for name, sec in summary["sections"].items():
+        kern, span, busy = sec["kernel_ms"], sec["kernel_span_ms"], sec.get("device_busy_ms")
+        lines.append(
+            f"| {_cell(name)} | {sec['count']} | {_fmt(sec['cpu_ms']['mean'])} | "
+            f"{_fmt(sec['cpu_ms']['total'])} | {_fmt(kern and kern['mean'])} | "
+            f"{_fmt(span and span['mean'])} | {_fmt(busy and busy['mean'])} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,168 @@
+"""Pooling the files of one summary and turning per-instance µs into the summary's
+millisecond statistics."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from accelpipe.traces import classify, steps
+from accelpipe.traces.collect import FileEvents
+from accelpipe.traces.join import Instances, join_file
+from accelpipe.traces.tf_collect import TFEvents
+from accelpipe.traces.tf_sections import TFFile
+
+
+def stats_ms(values_us: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """min / mean / median / max / total in ms, rounded to 1 ns."""
+    v = np.asarray(values_us, dtype=np.float64) / 1000.0
+    return {
+        "min": round(float(v.min()), 6),
+        "mean": round(float(v.mean()), 6),
+        "median": round(float(np.median(v)), 6),
+        "max": round(float(v.max()), 6),
+        "total": round(float(v.sum()), 6),
+    }
+
+
+class SectionPool:
+    """Per-instance µs per section name, accumulated across files."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, dict[str, array]] = {}
+        self.with_kernels: set[str] = set()
+        self.with_busy: set[str] = set()
+
+    def extend(self, names: list[str], inst: Instances) -> None:
+        order = np.argsort(inst.name, kind="stable")
+        ids = inst.name[order]
+        cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+        for rows in np.split(order, cuts) if len(order) else []:
+            name = names[int(inst.name[rows[0]])]
+            cols = self.columns.setdefault(name, {k: array("d") for k in _COLUMNS})
+            for key in _COLUMNS:
+                cols[key].extend(getattr(inst, key)[rows].tolist())
+            if inst.has_kernels[rows].any():
+                self.with_kernels.add(name)
+            if (inst.busy[rows] > 0).any():
+                self.with_busy.add(name)
+
+    def summary(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        # Most expensive sections first: the order readers scan the table and plot in.
+        for name in sorted(self.columns, key=lambda k: (-sum(self.columns[k]["cpu"]), k)):
+            cols = self.columns[name]
+            kernels = name in self.with_kernels
+            out[name] = {
+                "count": len(cols["cpu"]),
+                "cpu_ms": stats_ms(cols["cpu"]),
+                "kernel_ms": stats_ms(cols["kernel"]) if kernels else None,
+                "kernel_span_ms": stats_ms(cols["span"]) if kernels else None,
+                "device_busy_ms": stats_ms(cols["busy"]) if name in self.with_busy else None,
+            }
+        return out
+
+
+_COLUMNS = ("cpu", "kernel", "span", "busy")
+
+
+class Totals:
+    """Everything pooled across the trace files of one summary."""
+
+    def __init__(self) -> None:
+        self.sections = SectionPool()
+        self.steps: list[steps.Step] = []
+        self.hints: set[str] = set()
+        self.activity = {k: [0, 0.0] for k in classify.ACTIVITY_KINDS}
+        self.formats: list[str] = []
+        self.bytes = self.events = self.orphans = self.nonfinite = 0
+        self.notes: list[str] = []
+
+    def add(self, fe: FileEvents, nbytes: int, fmt: str) -> None:
+        self.bytes += nbytes
+        self.events += fe.events
+        self.nonfinite += fe.nonfinite
+        self.hints |= fe.hints
+        self.formats.append(fmt)
+        if fmt == "tf-trace-viewer":
+            self._add_tf(fe.tf or TFEvents())
+            return
+        for kind, (count, dur) in fe.activity().items():
+            self.activity[kind][0] += count
+            self.activity[kind][1] += dur
+        inst, orphans = join_file(fe)
+        self.orphans += orphans
+        names = list(fe.names)  # ids are insertion order
+        self.sections.extend(names, inst)
+        self.steps += steps.file_steps(
+            fe.pid_of(fe.step_thread),
+            np.frombuffer(fe.step_ts, np.float64),
+            np.frombuffer(fe.step_dur, np.float64),
+            inst.pid,
+            inst.start,
+            [names[i] for i in inst.name.tolist()],
+        )
+
+    def _add_tf(self, tfe: TFEvents) -> None:
+        """A TensorFlow trace viewer file: sections and steps by ``tf_sections``' rule."""
+        tf = TFFile(tfe)
+        self.nonfinite += tfe.nonfinite
+        self.hints.add("tf-gpu" if tf.gpu else "tf-cpu")
+        for kind, (count, dur) in tf.activity().items():
+            self.activity[kind][0] += count
+            self.activity[kind][1] += dur
+        for note in [TF_NOTE, *tf.notes()]:
+            if note not in self.notes:
+                self.notes.append(note)
+        inst = tf.instances
+        self.sections.extend(tf.names, inst)
+        self.steps += steps.file_steps(
+            *tf.steps(), inst.pid, inst.start, [tf.names[i] for i in inst.name.tolist()]
+        )
+
+    def step_summary(self) -> dict | None:
+        if not self.steps:
+            return None
+        keep = steps.complete(self.steps)
+        durations = [s.dur for s, k in zip(self.steps, keep, strict=True) if k]
+        return {
+            "count": len(durations),
+            "ms": stats_ms(durations) if durations else None,
+            "incomplete_left_out": len(keep) - len(durations),
+        }
+
+    def summary(self, paths: Sequence[str | Path]) -> dict:
+        activity = {
+            k: {"count": c, "total_ms": round(d / 1e3, 6)} for k, (c, d) in self.activity.items()
+        }
+        return {
+            "traces": [str(p) for p in paths],
+            "format": self.formats[0] if len(set(self.formats)) == 1 else sorted(self.formats),
+            "bytes": self.bytes,
+            "events": self.events,
+            "device": _device(self.hints),
+            "steps": self.step_summary(),
+            "sections": self.sections.summary(),
+            "device_activity": {**activity, "kernels_without_launch": self.orphans},
+            "skipped_events": {"non_finite_time": self.nonfinite},
+            "notes": self.notes,
+        }
+
+
+TF_NOTE = (
+    "TensorFlow trace: steps are the train <n> events; forward/loss/backward/optimizer_step "
+    "are op name scopes (gradient_tape/ counts as backward), one instance per step, CPU time "
+    "= first op start to last op end"
+)
+
+
+def _device(hints: set[str]) -> str:
+    """A TF trace: gpu when it has GPU stream rows, else cpu; kineto: from its hints."""
+    if "tf-gpu" in hints:
+        return "gpu"
+    if "tf-cpu" in hints and len(hints) == 1:
+        return "cpu"
+    return classify.infer_device(hints - {"tf-cpu"})
