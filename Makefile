@@ -6,17 +6,30 @@ CORES ?= 8
 TARGET ?= results/unet2d/fold0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test lint format bench clean venv wheelhouse image
+.PHONY: run test test-tf215 lint format bench clean venv venv-tf215 wheelhouse image
 
-$(VENV)/.installed: requirements/cpu.txt requirements/dev.txt pyproject.toml
+$(VENV)/.installed: requirements/*.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch is pinned in requirements/cpu.txt: an unpinned torch pulls the CUDA build.
+	# torch and tensorflow-cpu are pinned in requirements/cpu.txt: an unpinned torch pulls
+	# the CUDA build. tf-keras names `tensorflow` (the full build): no deps for it.
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements/tf-keras.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e . --config-settings editable_mode=compat
 	touch $@
 
 venv: $(VENV)/.installed
+
+# TensorFlow 2.15 (Habana's last TF release; Keras 2 as tf.keras) beside the main venv's 2.21.
+VENV_TF215 := .venv-tf215
+$(VENV_TF215)/.installed: requirements/tf215.txt requirements/core-tf215.txt requirements/tensorflow.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV_TF215)
+	$(VENV_TF215)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_TF215)/bin/python -m pip install --quiet -r requirements/tf215.txt
+	$(VENV_TF215)/bin/python -m pip install --quiet --no-deps -e . --config-settings editable_mode=compat
+	touch $@
+
+venv-tf215: $(VENV_TF215)/.installed
 
 run: venv
 	$(BIN)/snakemake --cores $(CORES) $(TARGET)
@@ -26,6 +39,12 @@ test: venv
 	$(BIN)/snakefmt --check Snakefile rules/
 	$(BIN)/snakemake --lint
 	$(BIN)/python -m pytest -q
+	$(MAKE) test-tf215
+
+# The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15.
+TF_TESTS = $(shell grep -rl '^pytestmark = pytest.mark.tensorflow' tests)
+test-tf215: venv-tf215
+	$(VENV_TF215)/bin/python -m pytest -q -p no:cacheprovider $(TF_TESTS)
 
 lint: venv
 	$(BIN)/ruff check .
@@ -40,7 +59,9 @@ format: venv
 wheelhouse: venv
 	mkdir -p docker/wheelhouse
 	$(BIN)/python -m pip download --quiet --dest docker/wheelhouse \
-		-r requirements/core.txt -r requirements/torch-cpu.txt "setuptools>=77" wheel
+		-r requirements/core.txt -r requirements/torch.txt -r requirements/torch-cpu.txt \
+		-r requirements/tensorflow.txt -r requirements/tensorflow-cpu.txt "setuptools>=77" wheel
+	$(BIN)/python -m pip download --quiet --no-deps --dest docker/wheelhouse -r requirements/tf-keras.txt
 
 # The backend's image through the Docker Engine API (DOCKER_HOST), e.g. BACKEND=cpu.
 BACKEND ?= cpu

@@ -7,10 +7,11 @@ FROM ${BASE_IMAGE} AS build
 ARG PIP_EXTRA_ARGS=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python3 -m venv /opt/accelpipe
-COPY requirements/core.txt requirements/torch-cpu.txt /tmp/requirements/
+COPY requirements/core.txt requirements/torch.txt requirements/torch-cpu.txt /tmp/requirements/
 COPY docker/wheelhouse/ /tmp/wheelhouse/
 RUN /opt/accelpipe/bin/pip install --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} \
-        -r /tmp/requirements/core.txt -r /tmp/requirements/torch-cpu.txt
+        -r /tmp/requirements/core.txt -r /tmp/requirements/torch.txt \
+        -r /tmp/requirements/torch-cpu.txt
 # The package becomes a wheel, installed in the runtime stage, so that /opt/accelpipe (the
 # big dependency layer) stays byte-identical and cached when only the package changes.
 COPY pyproject.toml README.md /src/

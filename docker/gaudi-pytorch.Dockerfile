@@ -23,6 +23,8 @@ FROM ${BASE_IMAGE}
 ARG PIP_EXTRA_ARGS=""
 # The pinned requirements to install; point it at another file where the pins need changing.
 ARG REQUIREMENTS=requirements/core-py310.txt
+# What the PyTorch engine needs besides the vendor's torch (MONAI, einops).
+ARG FRAMEWORK_REQUIREMENTS=requirements/torch.txt
 # Wheels for offline builds; must lie under docker/wheelhouse/ (.dockerignore passes only that).
 ARG WHEELHOUSE=docker/wheelhouse
 # The interpreter whose environment holds the vendor's torch (the system python3).
@@ -49,14 +51,15 @@ RUN ${PYTHON} -c "import torch; print('vendor torch', torch.__version__)"
 # only the wheels it needs. BuildKit's RUN --mount=type=bind would avoid the layer, but the
 # Engine API's classic builder that accelpipe builds with (docker-py) does not support it.
 COPY ${REQUIREMENTS} /tmp/requirements.txt
+COPY ${FRAMEWORK_REQUIREMENTS} /tmp/framework-requirements.txt
 COPY ${WHEELHOUSE}/ /tmp/wheelhouse/
 RUN ${PYTHON} -m pip install --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} \
-        -r /tmp/requirements.txt
+        -r /tmp/requirements.txt -r /tmp/framework-requirements.txt
 COPY pyproject.toml README.md /src/
 COPY workflow/ /src/workflow/
 RUN ${PYTHON} -m pip install --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} /src \
-    && rm -rf /tmp/wheelhouse /tmp/requirements.txt /src \
-    && ${PYTHON} -c "import numpy, torch, accelpipe" \
+    && rm -rf /tmp/wheelhouse /tmp/requirements.txt /tmp/framework-requirements.txt /src \
+    && ${PYTHON} -c "import numpy, torch, monai, accelpipe" \
     && accelpipe --help >/dev/null
 
 # A non-root default user. uid 1000 is taken in some bases: then the next free uid is used;

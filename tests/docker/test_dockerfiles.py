@@ -26,13 +26,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_FILE = REPO / "docker" / "images.yaml"
 BACKENDS = ("cpu", "cuda", "rocm", "gaudi")
-IMAGE_KEYS = {"dockerfile", "backend", "framework", "base_image"}
-# Environment each backend's image must set (the runtime never sets these).
+IMAGE_KEYS = {"dockerfile", "backend", "framework", "base_image", "requirements"}
+# Environment each image must set (the runtime never sets these); MIOpen serves both
+# frameworks on ROCm, lazy mode is the PyTorch bridge's.
 VENDOR_KNOBS: dict[str, dict[str, str]] = {
-    "cpu": {},
-    "cuda": {},
-    "rocm": {"MIOPEN_FIND_MODE": "1", "MIOPEN_FIND_ENFORCE": "3"},
-    "gaudi": {"PT_HPU_LAZY_MODE": "1"},
+    "rocm-pytorch": {"MIOPEN_FIND_MODE": "1", "MIOPEN_FIND_ENFORCE": "3"},
+    "rocm-tensorflow": {"MIOPEN_FIND_MODE": "1", "MIOPEN_FIND_ENFORCE": "3"},
+    "gaudi-pytorch": {"PT_HPU_LAZY_MODE": "1"},
 }
 # Device visibility belongs to the runtime, which sets exactly one per vendor per lease.
 VISIBILITY_VAR = re.compile(
@@ -506,7 +506,10 @@ def test_requirement_helpers_read_the_real_files() -> None:
     assert with_includes("requirements/cpu.txt") == {
         "requirements/cpu.txt",
         "requirements/core.txt",
+        "requirements/torch.txt",
         "requirements/torch-cpu.txt",
+        "requirements/tensorflow.txt",
+        "requirements/tensorflow-cpu.txt",
     }
 
 
@@ -567,7 +570,12 @@ def test_package_is_copied_into_src_and_installed(name: str) -> None:
     assert any(arg.endswith(".whl") for args in final_installs for arg in args)
 
 
-CORE_FILES = {"requirements/core.txt", "requirements/core-py310.txt"}
+CORE_FILES = {
+    "requirements/core.txt",
+    "requirements/core-py310.txt",
+    "requirements/core-tf215.txt",
+}
+FRAMEWORK_PACKAGES = {"pytorch": ("torch", "monai"), "tensorflow": ("tensorflow", "tf-keras")}
 
 
 @per_image
@@ -575,14 +583,31 @@ def test_core_requirements_are_installed(name: str) -> None:
     assert CORE_FILES & installed_requirement_files(dockerfile(name))
 
 
-def test_python310_pins_cover_the_same_packages_as_core() -> None:
-    assert requirement_names("requirements/core-py310.txt") == requirement_names(
-        "requirements/core.txt"
-    )
+@pytest.mark.parametrize("variant", ["requirements/core-py310.txt", "requirements/core-tf215.txt"])
+def test_core_variants_pin_the_same_packages_as_core(variant: str) -> None:
+    assert requirement_names(variant) == requirement_names("requirements/core.txt")
+
+
+@per_image
+def test_images_yaml_lists_the_requirement_files_the_image_installs(name: str) -> None:
+    """The tag hashes the listed files: they must be exactly what the build installs."""
+    assert installed_requirement_files(dockerfile(name)) == set(IMAGES[name]["requirements"])
+
+
+@per_image
+def test_an_image_installs_no_other_frameworks_packages(name: str) -> None:
+    installed = set()
+    for repo_path in installed_requirement_files(dockerfile(name)):
+        installed |= requirement_names(repo_path)
+    for framework, packages in FRAMEWORK_PACKAGES.items():
+        if framework != IMAGES[name]["framework"]:
+            assert not [n for n in installed for p in packages if n.startswith(p)]
 
 
 @per_image
 def test_torch_comes_from_the_vendor_or_the_pinned_cpu_wheel(name: str) -> None:
+    if IMAGES[name]["framework"] != "pytorch":
+        pytest.skip("not a PyTorch image")
     df = dockerfile(name)
     installed = installed_requirement_files(df)
     assert all("torch" not in requirement_names(core) for core in CORE_FILES)
@@ -594,6 +619,27 @@ def test_torch_comes_from_the_vendor_or_the_pinned_cpu_wheel(name: str) -> None:
             assert "torch" not in " ".join(args).lower()
     for repo_path in installed:
         assert not {n for n in requirement_names(repo_path) if n.startswith("torch")}
+
+
+@per_image
+def test_tensorflow_comes_from_the_vendor_or_the_pinned_cpu_wheel(name: str) -> None:
+    if IMAGES[name]["framework"] != "tensorflow":
+        pytest.skip("not a TensorFlow image")
+    df = dockerfile(name)
+    installed = installed_requirement_files(df)
+    pins = {n for f in installed for n in requirement_names(f)}
+    if IMAGES[name]["backend"] == "cpu":
+        assert "tensorflow-cpu" in pins and "tf-keras" in pins
+    else:
+        assert not [n for n in pins if n.startswith("tensorflow")]
+    # tf-keras names the `tensorflow` package: installed without its dependencies
+    keras_installs = [
+        args
+        for s in df.stages
+        for args in stage_pip_installs(df, s)
+        if any("tf-keras" in a for a in args)
+    ]
+    assert keras_installs and all("--no-deps" in args for args in keras_installs)
 
 
 @per_image
@@ -619,7 +665,7 @@ def test_no_secret_looking_build_arguments_or_environment(name: str) -> None:
 def test_vendor_knobs_are_set_and_device_visibility_is_not(name: str) -> None:
     df = dockerfile(name)
     env = stage_env(df.final)
-    for key, value in VENDOR_KNOBS[IMAGES[name]["backend"]].items():
+    for key, value in VENDOR_KNOBS.get(name, {}).items():
         assert env.get(key) == value, key
     names = set(df.global_args)
     for stage in df.stages:

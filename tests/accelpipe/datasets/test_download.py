@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.datasets.download import download, md5sum, part_path, safe_extract
+from accelpipe.datasets.download import download, file_digest, md5sum, part_path, safe_extract
 from accelpipe.errors import DataError
 from tests.helpers.http_server import Faults, FileServer
 
@@ -38,6 +38,10 @@ def server(tmp_path: Path, payload: bytes) -> Iterator[FileServer]:
 
 def _md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
+
+
+def _sha1(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()
 
 
 def _get(server: FileServer, dest: Path, **kwargs: object) -> Path:
@@ -163,6 +167,49 @@ def test_existing_dest_with_wrong_md5_is_kept(server: FileServer, tmp_path: Path
     with pytest.raises(DataError, match=r"data\.bin: existing file has md5"):
         _get(server, dest, md5="0" * 32)
     assert dest.read_bytes() == b"user's own file"
+    assert server.log == []
+
+
+def test_sha1_after_a_resume_covers_the_whole_file(
+    server: FileServer, payload: bytes, tmp_path: Path
+) -> None:
+    server.faults = Faults(cut_after_bytes=CUT, cut_first=1)
+    dest = tmp_path / "data.bin"
+    _get(server, dest, sha1=_sha1(payload).upper())  # hex case does not matter
+    assert file_digest(dest, "sha1") == _sha1(payload)
+    assert [(r.range, r.status) for r in server.log] == [(None, 200), (f"bytes={CUT}-", 206)]
+
+
+def test_wrong_sha1_names_sha1_and_removes_part(
+    server: FileServer, payload: bytes, tmp_path: Path
+) -> None:
+    dest = tmp_path / "data.bin"
+    wrong = "0" * 40
+    with pytest.raises(DataError) as err:
+        _get(server, dest, sha1=wrong)
+    assert str(err.value) == (
+        f"{dest}: sha1 mismatch for download from {server.url('data.bin')}: expected {wrong}, "
+        f"got {_sha1(payload)} (partial file removed; rerun to download again)"
+    )
+    assert not dest.exists()
+    assert not part_path(dest).exists()
+
+
+def test_sha1_cache_hit_makes_no_request(
+    server: FileServer, payload: bytes, tmp_path: Path
+) -> None:
+    dest = tmp_path / "data.bin"
+    dest.write_bytes(payload)
+    assert _get(server, dest, sha1=_sha1(payload)) == dest
+    assert server.log == []
+    with pytest.raises(DataError, match=rf"data\.bin: existing file has sha1 {_sha1(payload)}, "):
+        _get(server, dest, sha1="1" * 40)
+    assert dest.read_bytes() == payload and server.log == []
+
+
+def test_md5_and_sha1_together_are_refused(server: FileServer, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="md5 or sha1, not both"):
+        _get(server, tmp_path / "data.bin", md5="0" * 32, sha1="0" * 40)
     assert server.log == []
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from accelpipe.config import ProfileConfig, ProfileSchedule, TrainConfig
-from accelpipe.devices import resolve
+from accelpipe.devices.torch_device import resolve
 from accelpipe.distributed import DistContext, init_from_env
 from accelpipe.engines.torch_trainer import CHECKPOINT, SECTIONS, Trainer, TrainJob, seed_everything
 

@@ -1,8 +1,8 @@
 """Resumable, verified downloads and safe archive extraction, shared by every dataset.
 
 `download` streams into `<dest>.part` and only renames it onto `dest` once it is
-complete and its md5 (if given) matches, so an existing `dest` is always a finished
-file. A run that dies keeps its `.part`; the next attempt (or the next pipeline run)
+complete and its checksum (md5 or sha1, if given) matches, so an existing `dest` is always a
+finished file. A run that dies keeps its `.part`; the next attempt (or the next pipeline run)
 asks the server for the rest with an HTTP Range request.
 
 `safe_extract` unpacks tar (any compression) and zip archives into a temporary
@@ -62,15 +62,34 @@ class _Retryable(Exception):
 
 def md5sum(path: str | os.PathLike[str], chunk_bytes: int = 1 << 20) -> str:
     """Hex md5 of a file, read in chunks so large archives never sit in memory."""
-    return _hash_file(Path(path), chunk_bytes).hexdigest()
+    return file_digest(path, "md5", chunk_bytes)
 
 
-def _hash_file(path: Path, chunk_bytes: int = 1 << 20) -> Any:
-    digest = hashlib.md5(usedforsecurity=False)
+def file_digest(path: str | os.PathLike[str], algorithm: str, chunk_bytes: int = 1 << 20) -> str:
+    """Hex digest of a file with a hashlib `algorithm` ("md5", "sha1", ...), read in chunks."""
+    return _hash_file(Path(path), algorithm, chunk_bytes).hexdigest()
+
+
+def _new_hash(algorithm: str) -> Any:
+    # Checksums, not security: FIPS builds refuse md5 and sha1 without this flag.
+    return hashlib.new(algorithm, usedforsecurity=False)
+
+
+def _hash_file(path: Path, algorithm: str, chunk_bytes: int = 1 << 20) -> Any:
+    digest = _new_hash(algorithm)
     with path.open("rb") as fh:
         while chunk := fh.read(chunk_bytes):
             digest.update(chunk)
     return digest
+
+
+def _expected(md5: str | None, sha1: str | None) -> tuple[str, str] | None:
+    """(algorithm, lower-case hex) of the one checksum given, or None."""
+    if md5 is not None and sha1 is not None:
+        raise ValueError("download: give md5 or sha1, not both")
+    if md5 is not None:
+        return "md5", md5.lower()
+    return ("sha1", sha1.lower()) if sha1 is not None else None
 
 
 def part_path(dest: str | os.PathLike[str]) -> Path:
@@ -84,26 +103,30 @@ def download(
     dest: str | os.PathLike[str],
     *,
     md5: str | None = None,
+    sha1: str | None = None,
     retries: int = 5,
     backoff_s: float = 1.0,
     timeout_s: float = 60.0,
     chunk_bytes: int = 1 << 20,
     progress: bool = True,
 ) -> Path:
-    """Download `url` to `dest`, resuming a previous `.part` and verifying `md5`.
+    """Download `url` to `dest`, resuming a previous `.part` and verifying its checksum.
 
-    An existing `dest` is a cache hit (no request) when it matches `md5` or no md5
-    is given. An existing `dest` that does not match raises DataError and is left
-    alone: it may be a file the user placed by hand, so deleting it is their call.
+    At most one of `md5` and `sha1` is given (the one the publisher lists); both go through
+    the same hashing path, and errors name the algorithm. An existing `dest` is a cache hit
+    (no request) when it matches the checksum or none is given. An existing `dest` that does
+    not match raises DataError and is left alone: it may be a file the user placed by hand,
+    so deleting it is their call.
 
     Connection errors, timeouts, truncated bodies, 429 and 5xx are retried `retries`
     times with exponential backoff; other 4xx fail at once. When retries run out
-    the `.part` is kept so a later call resumes. An md5 mismatch deletes the `.part`
+    the `.part` is kept so a later call resumes. A checksum mismatch deletes the `.part`
     (its bytes are unusable) and raises DataError.
     """
     dest = Path(dest)
+    expected = _expected(md5, sha1)
     if dest.exists():
-        _check_existing(url, dest, md5)
+        _check_existing(url, dest, expected)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(dest)
@@ -113,31 +136,33 @@ def download(
             session,
             url,
             part,
-            want_md5=md5 is not None,
+            algorithm=expected[0] if expected else None,
             retries=retries,
             backoff_s=backoff_s,
             timeout_s=timeout_s,
             chunk_bytes=chunk_bytes,
             progress=progress,
         )
-    if md5 is not None and actual != md5.lower():
+    if expected is not None and actual != expected[1]:
         part.unlink(missing_ok=True)
+        algorithm, want = expected
         raise DataError(
-            f"{dest}: md5 mismatch for download from {url}: expected {md5}, got {actual} "
-            "(partial file removed; rerun to download again)"
+            f"{dest}: {algorithm} mismatch for download from {url}: expected {want}, got "
+            f"{actual} (partial file removed; rerun to download again)"
         )
     os.replace(part, dest)
     log.info("downloaded %s (%d bytes)", dest, dest.stat().st_size)
     return dest
 
 
-def _check_existing(url: str, dest: Path, md5: str | None) -> None:
-    if md5 is None:
+def _check_existing(url: str, dest: Path, expected: tuple[str, str] | None) -> None:
+    if expected is None:
         return  # dest only ever appears complete (renamed from .part), so trust it
-    actual = md5sum(dest)
-    if actual != md5.lower():
+    algorithm, want = expected
+    actual = file_digest(dest, algorithm)
+    if actual != want:
         raise DataError(
-            f"{dest}: existing file has md5 {actual}, expected {md5}; "
+            f"{dest}: existing file has {algorithm} {actual}, expected {want}; "
             f"delete it to download again from {url}"
         )
 
@@ -147,18 +172,19 @@ def _download_with_retries(
     url: str,
     part: Path,
     *,
-    want_md5: bool,
+    algorithm: str | None,
     retries: int,
     backoff_s: float,
     timeout_s: float,
     chunk_bytes: int,
     progress: bool,
 ) -> str | None:
-    """Run attempts until one completes; return the md5 of the finished .part (if wanted)."""
+    """Run attempts until one completes; return the `algorithm` hex digest of the finished
+    .part (None without an algorithm)."""
     retries = max(retries, 0)
     for attempt in range(retries + 1):
         try:
-            return _attempt(session, url, part, want_md5, timeout_s, chunk_bytes, progress)
+            return _attempt(session, url, part, algorithm, timeout_s, chunk_bytes, progress)
         except _Retryable as err:
             if attempt == retries:
                 kept = f"; {part} kept for resuming" if part.exists() else ""
@@ -175,7 +201,7 @@ def _attempt(
     session: requests.Session,
     url: str,
     part: Path,
-    want_md5: bool,
+    algorithm: str | None,
     timeout_s: float,
     chunk_bytes: int,
     progress: bool,
@@ -194,10 +220,10 @@ def _attempt(
         raise _Retryable(f"{type(err).__name__}: {err}") from err
     with resp:
         if resp.status_code == 416 and offset:
-            return _finish_416(resp, part, offset, want_md5)
+            return _finish_416(resp, part, offset, algorithm)
         _check_status(url, resp)
         offset, total = _resume_point(resp, part, offset)
-        return _stream(resp, part, offset, total, want_md5, chunk_bytes, progress)
+        return _stream(resp, part, offset, total, algorithm, chunk_bytes, progress)
 
 
 def _check_status(url: str, resp: requests.Response) -> None:
@@ -209,11 +235,13 @@ def _check_status(url: str, resp: requests.Response) -> None:
     raise DataError(f"{url}: HTTP {code} {resp.reason}")
 
 
-def _finish_416(resp: requests.Response, part: Path, offset: int, want_md5: bool) -> str | None:
+def _finish_416(
+    resp: requests.Response, part: Path, offset: int, algorithm: str | None
+) -> str | None:
     """416 to a resume request: the .part is complete if the server's size matches it."""
     match = re.fullmatch(r"bytes \*/(\d+)", resp.headers.get("Content-Range", "").strip())
     if match and int(match.group(1)) == offset:
-        return _hash_file(part).hexdigest() if want_md5 else None
+        return _hash_file(part, algorithm).hexdigest() if algorithm else None
     # Bigger than the remote file, or size unknown: the .part cannot be trusted.
     part.unlink()
     raise _Retryable(f"HTTP 416 for a resume at byte {offset}; restarting from zero")
@@ -237,14 +265,14 @@ def _stream(
     part: Path,
     offset: int,
     total: int | None,
-    want_md5: bool,
+    algorithm: str | None,
     chunk_bytes: int,
     progress: bool,
 ) -> str | None:
     """Append (206) or rewrite (200) the body into .part; check the final size."""
     digest = None
-    if want_md5:  # seed with the bytes already on disk so the md5 covers the whole file
-        digest = _hash_file(part) if offset else hashlib.md5(usedforsecurity=False)
+    if algorithm:  # seed with the bytes already on disk so the digest covers the whole file
+        digest = _hash_file(part, algorithm) if offset else _new_hash(algorithm)
     bar = tqdm(
         total=total,
         initial=offset,

@@ -33,17 +33,17 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelpipe import devices, distributed, optim
+from accelpipe import distributed, optim
 from accelpipe.config import ProfileConfig, TrainConfig, view
-from accelpipe.devices import Device
+from accelpipe.devices import torch_device
+from accelpipe.devices.torch_device import Device
 from accelpipe.distributed import DistContext
+from accelpipe.engines import ENGINES
+from accelpipe.engines.train_log import LOG_FIELDS, SECTIONS, log_row, open_log, truncate_log
 
-LOG_FIELDS = ("epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms")
-CHECKPOINT = "checkpoint.pt"
-# Section names recorded with torch.profiler.record_function (the reference's names); the
-# trace summarizer reports each. `forward`, `loss`, `backward` and `optimizer_step` nest in
-# `step`; `loader_first` is an epoch's first batch (worker start-up, cache fill).
-SECTIONS = ("loader_first", "loader_next", "step", "forward", "loss", "backward", "optimizer_step")
+__all__ = ["LOG_FIELDS", "SECTIONS", "TrainJob", "Trainer", "load_for_eval", "run_training"]
+(CHECKPOINT,) = ENGINES["pytorch"].checkpoints
+MODEL_FILE = ENGINES["pytorch"].weights
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 log = logging.getLogger(__name__)
@@ -65,7 +65,13 @@ class TrainJob:
 
 # workload hook: (train settings, device, process group) -> the job to run
 JobFactory = Callable[[TrainConfig, Device, DistContext], TrainJob]
-MODEL_FILE = "model.pt"
+
+# The engine contract's process hooks (accelpipe.engines): the train and evaluate stages call
+# them on the workload's engine. Threads: torch's intra-op pool; launch: torchrun (srun under
+# Slurm) starting one process per device, each rerunning the stage as a worker.
+limit_threads = torch_device.limit_threads
+launch_training = distributed.launch_training
+in_worker = distributed.in_worker
 
 
 def run_training(
@@ -81,7 +87,7 @@ def run_training(
     the other ranks of a multi-process run return None.
     """
     train_cfg = view(TrainConfig, cfg["train"])
-    device = devices.resolve(
+    device = torch_device.resolve(
         cfg["backend"],
         train_cfg.precision,
         train_cfg.channels_last,
@@ -128,7 +134,7 @@ def load_for_eval(
     """
     checkpoint = torch.load(model_dir / MODEL_FILE, map_location="cpu", weights_only=False)
     train = cfg.get("train", {})
-    device = devices.resolve(
+    device = torch_device.resolve(
         cfg["backend"],
         train.get("precision", "auto"),
         train.get("channels_last", False),
@@ -223,7 +229,7 @@ class Trainer:
         torch.random.set_rng_state(state["torch_rng"])
         self.epoch, self.step = state["epoch"], state["step"]
         if self.dist.is_main:
-            _truncate_log(self.work_dir / "train_log.csv", self.step)
+            truncate_log(self.work_dir, self.step)
         return True
 
     # -- the loop ------------------------------------------------------------
@@ -250,16 +256,11 @@ class Trainer:
 
     @contextlib.contextmanager
     def _open_log(self) -> Iterator[TextIO | None]:
-        """train_log.csv for appending on rank 0 (header if new); None on the other ranks."""
+        """train_log.csv for appending on rank 0; None on the other ranks."""
         if not self.dist.is_main:
             yield None
             return
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        path = self.work_dir / "train_log.csv"
-        new_log = not path.exists()
-        with path.open("a", newline="") as log_file:
-            if new_log:
-                csv.DictWriter(log_file, fieldnames=LOG_FIELDS).writeheader()
+        with open_log(self.work_dir) as (log_file, _):
             yield log_file
 
     def _run_epoch(
@@ -294,16 +295,10 @@ class Trainer:
                 losses.append(loss_value)
                 if writer is not None:
                     elapsed = time.perf_counter() - started
+                    lr = self.scheduler.get_last_lr()[0]
+                    batch = image.shape[0] * world
                     writer.writerow(
-                        {
-                            "epoch": self.epoch,
-                            "step": self.step,
-                            "loss": f"{loss_value:.6f}",
-                            "lr": f"{self.scheduler.get_last_lr()[0]:.6g}",
-                            "samples_per_s": f"{image.shape[0] * world / elapsed:.2f}",
-                            "data_wait_ms": f"{waited * 1e3:.3f}",
-                            "step_ms": f"{elapsed * 1e3:.3f}",
-                        }
+                        log_row(self.epoch, self.step, loss_value, lr, batch, waited, elapsed)
                     )
             if prof is not None:
                 prof.step()
@@ -343,15 +338,3 @@ class Trainer:
     def _export_trace(self, prof: torch.profiler.profile) -> None:
         # One gzipped chrome trace per profiler cycle; the step number keeps names unique.
         prof.export_chrome_trace(str(self.trace_dir / f"trace_step{prof.step_num:06d}.json.gz"))
-
-
-def _truncate_log(path: Path, last_step: int) -> None:
-    """Drop log rows written after the checkpoint we resume from."""
-    if not path.exists():
-        return
-    with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["step"]) <= last_step]
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)

@@ -1,4 +1,4 @@
-"""The one device layer: cpu | cuda | rocm | gaudi.
+"""The device layer for PyTorch: cpu | cuda | rocm | gaudi.
 
 Resolves a backend name into a torch device, the autocast dtype, memory format,
 Gaudi lazy-mode hooks (mark_step) and the optimizer implementation. A backend
@@ -16,13 +16,10 @@ from types import ModuleType
 
 import torch
 
-from accelpipe.errors import BackendUnavailableError, ConfigError
+from accelpipe.devices import resolve_precision, usable_threads
+from accelpipe.errors import BackendUnavailableError
 
-BACKENDS = ("cpu", "cuda", "rocm", "gaudi")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
-# bf16 autocast is what the reference recipes use on accelerators; on CPU it is
-# usually slower than fp32 without AMX, so auto means fp32 there.
-_AUTO_PRECISION = {"cpu": "fp32", "cuda": "bf16", "rocm": "bf16", "gaudi": "bf16"}
 
 
 @dataclass
@@ -110,14 +107,7 @@ def resolve(
     `index` picks the device of a multi-device job (one process per device: its LOCAL_RANK).
     `auto` overrides what precision "auto" means per backend for one workload.
     """
-    if backend not in BACKENDS:
-        raise ConfigError(
-            f"config key 'backend': unknown backend {backend!r} ({', '.join(BACKENDS)})"
-        )
-    if precision == "auto":
-        precision = {**_AUTO_PRECISION, **(auto or {})}[backend]
-    if precision not in _DTYPES:
-        raise ConfigError(f"config key 'precision': unknown precision {precision!r}")
+    precision = resolve_precision(backend, precision, auto)
     resolver = {"cpu": _cpu, "cuda": _cuda, "rocm": _rocm, "gaudi": _gaudi}[backend]
     return resolver(precision, channels_last, index)
 
@@ -184,8 +174,5 @@ def _gaudi(precision: str, channels_last: bool, index: int = 0) -> Device:
 
 
 def limit_threads(threads: int) -> None:
-    """Intra-op threads: the rule's `threads`, but never more than the CPUs we may run on.
-
-    Snakemake scales `threads` to `--cores`, which can exceed the real cores.
-    """
-    torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))
+    """Intra-op threads: the rule's `threads`, at most the CPUs we may run on."""
+    torch.set_num_threads(usable_threads(threads))

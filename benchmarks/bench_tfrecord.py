@@ -1,0 +1,139 @@
+"""Benchmark the TFRecord preparations (COCO, ADE20K) against their I/O floor; prints one
+JSON object with a result per dataset.
+
+COCO's prepare (accelpipe.datasets.coco.prepare) reads every JPEG, checks its header, hashes
+it and writes it into an Example. ADE20K's (accelpipe.datasets.ade20k.prepare) reads every
+JPEG and annotation PNG, checks the JPEG header, decodes the PNG to check its size and values
+and writes both into an Example. The floor is what no converter that keeps the file bytes can
+avoid: reading the same files (those it converts), split into the same shards and run on the
+same worker pool (`datasets.pool.map_tasks`), in the same process. `ratio_to_floor` =
+floor_s / prepare_s (1.0: the conversion costs no more than reading the bytes).
+
+    PYTHONPATH=workflow python benchmarks/bench_tfrecord.py --train 320 --val 80 --size 640 480
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from accelpipe.datasets import ade20k, coco
+from accelpipe.datasets.ade20k_synthetic import synthesize as ade20k_synthesize
+from accelpipe.datasets.ade20k_tfrecord import pairs
+from accelpipe.datasets.coco_synthetic import synthesize as coco_synthesize
+from accelpipe.datasets.coco_tfrecord import records
+from accelpipe.datasets.pool import map_tasks
+
+DATASETS = ("coco", "ade20k")
+
+
+def _read_all(items: list[tuple[str, ...]]) -> int:
+    total = 0
+    for paths in items:
+        for path in paths:
+            with open(path, "rb") as fh:
+                total += len(fh.read())
+    return total
+
+
+def _coco_files(raw: Path) -> dict[str, list[tuple[str, ...]]]:
+    """The JPEGs prepare reads (train images without boxes are skipped), in its order."""
+    out = {}
+    for split in coco.SPLITS:
+        ann_file, images = coco.annotation_file(raw, split), raw / f"{split}2017"
+        kept, _stats, _cats = records(ann_file, images, skip_empty=split == "train")
+        out[split] = [(r.path,) for r in kept]
+    return out
+
+
+def _ade20k_files(raw: Path) -> dict[str, list[tuple[str, ...]]]:
+    """The JPEG and PNG of every pair, in prepare's order."""
+    return {split: [(p.image, p.label) for p in pairs(raw, split)] for split in ade20k.SPLITS}
+
+
+def _floor(
+    files: dict[str, list[tuple[str, ...]]], shards: dict[str, int], workers: int
+) -> tuple[float, int]:
+    """Seconds to read those files, one task per shard, on `workers` processes."""
+    start = time.perf_counter()
+    total = 0
+    for split, count in shards.items():
+        items = files[split]
+        total += sum(map_tasks(_read_all, [items[i::count] for i in range(count)], workers))
+    return time.perf_counter() - start, total
+
+
+def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
+    shards = {"train": args.train_shards, "val": args.val_shards}
+    module, synthesize, listing = {
+        "coco": (coco, coco_synthesize, _coco_files),
+        "ade20k": (ade20k, ade20k_synthesize, _ade20k_files),
+    }[dataset]
+    raw = synthesize(
+        scratch / f"{dataset}-raw", train_images=args.train, val_images=args.val, size=args.size
+    )
+    files = listing(raw)
+    floor_s, input_bytes, prepare_s = float("inf"), 0, float("inf")
+    for i in range(args.repeats):  # interleaved so both sides see the same cache state
+        t, input_bytes = _floor(files, shards, args.workers)
+        floor_s = min(floor_s, t)
+        start = time.perf_counter()
+        out = module.prepare(
+            raw,
+            scratch / f"{dataset}-prep{i}",
+            train_shards=args.train_shards,
+            val_shards=args.val_shards,
+            workers=args.workers,
+        )
+        prepare_s = min(prepare_s, time.perf_counter() - start)
+        written = json.loads((out / "dataset.json").read_text())["splits"]
+        shutil.rmtree(out)
+    images = args.train + args.val
+    return {
+        "images": images,
+        "records": written["train"]["images"] + written["val"]["images"],
+        "size": list(args.size),
+        "shards": shards,
+        "workers": args.workers,
+        "input_mb": round(input_bytes / 1e6, 2),
+        "floor_s": round(floor_s, 4),
+        "prepare_s": round(prepare_s, 4),
+        "images_per_s": round(images / prepare_s, 1),
+        "mb_per_s": round(input_bytes / 1e6 / prepare_s, 1),
+        "ratio_to_floor": round(floor_s / prepare_s, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", choices=(*DATASETS, "all"), default="all")
+    ap.add_argument("--train", type=int, default=320, help="synthetic train images")
+    ap.add_argument("--val", type=int, default=80, help="synthetic val images")
+    ap.add_argument("--size", type=int, nargs=2, default=(640, 480), metavar=("W", "H"))
+    ap.add_argument("--train-shards", type=int, default=8)
+    ap.add_argument("--val-shards", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="best of N timings for each side")
+    ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
+    args = ap.parse_args(argv)
+
+    import tensorflow  # noqa: F401  (imported before timing: prepare imports it lazily)
+
+    chosen = DATASETS if args.dataset == "all" else (args.dataset,)
+    scratch = Path(tempfile.mkdtemp(prefix="bench_tfrecord.", dir=args.tmp))
+    try:
+        result = {"bench": "tfrecord"} | {d: _measure(d, args, scratch) for d in chosen}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

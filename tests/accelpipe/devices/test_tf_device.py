@@ -1,0 +1,53 @@
+"""The TensorFlow side of the device layer: backends, precision policies, missing runtimes."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelpipe.devices import tf_device
+from accelpipe.engines.keras2 import keras, tf
+from accelpipe.errors import BackendUnavailableError, ConfigError
+
+pytestmark = pytest.mark.tensorflow
+
+
+def test_cpu_resolves_with_fp32_as_auto_and_bf16_on_request() -> None:
+    device = tf_device.resolve("cpu")
+    assert (device.backend, device.device, device.precision) == ("cpu", "/CPU:0", "fp32")
+    assert device.policy == "float32" and not device.loss_scaling
+    assert tf_device.resolve("cpu", "bf16").policy == "mixed_bfloat16"
+    fp16 = tf_device.resolve("cpu", "fp16")
+    assert fp16.policy == "mixed_float16" and fp16.loss_scaling
+    assert tf_device.resolve("cpu", "auto", auto={"cpu": "bf16"}).precision == "bf16"
+
+
+def test_policy_gives_bf16_compute_with_fp32_variables() -> None:
+    try:
+        tf_device.resolve("cpu", "bf16").apply_policy()
+        layer = keras.layers.Dense(2)
+        out = layer(tf.ones((1, 3)))
+        assert out.dtype == tf.bfloat16 and layer.kernel.dtype == tf.float32
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ("cuda", "backend 'cuda' needs a TensorFlow build with CUDA"),
+        ("rocm", "backend 'rocm' needs a TensorFlow build with ROCm"),
+        ("gaudi", "backend 'gaudi' needs habana_frameworks.tensorflow"),
+    ],
+)
+def test_a_missing_runtime_fails_at_once_with_one_line(backend: str, message: str) -> None:
+    # tensorflow-cpu has neither CUDA nor ROCm, and no Habana module is installed here
+    with pytest.raises(BackendUnavailableError, match=message) as err:
+        tf_device.resolve(backend)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_backend_and_precision_name_the_key() -> None:
+    with pytest.raises(ConfigError, match="config key 'backend'"):
+        tf_device.resolve("tpu")
+    with pytest.raises(ConfigError, match="config key 'precision'"):
+        tf_device.resolve("cpu", "int8")

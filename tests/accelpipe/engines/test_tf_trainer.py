@@ -1,0 +1,178 @@
+"""The TensorFlow engine honours the contract: log columns, resume, profiler sections."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accelpipe.config import TrainConfig
+from accelpipe.devices import tf_device
+from accelpipe.engines import ENGINES
+from accelpipe.engines.keras2 import keras
+from accelpipe.engines.tf_trainer import MODEL_FILE, run_training
+from accelpipe.engines.train_log import LOG_FIELDS, SECTIONS
+from tests.helpers import tf_toy
+
+pytestmark = pytest.mark.tensorflow
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def _float32_policy() -> Iterator[None]:
+    """run_training sets Keras's global policy; later tests expect the default."""
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _cfg(epochs: int, profile: bool = False, **train: object) -> dict:
+    schedule = {"wait": 1, "warmup": 0, "active": 2, "repeat": 1}
+    return {
+        "backend": "cpu",
+        "train": {"epochs": epochs, "lr": 0.05, "seed": 3, "batch_size": 4, **train},
+        "profile": {"enabled": profile, "schedule": schedule},
+    }
+
+
+def _log(work: Path) -> list[dict[str, str]]:
+    with (work / "train_log.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _weights(work: Path) -> list[np.ndarray]:
+    model = tf_toy.make_job(TrainConfig(lr=0.05), tf_device.resolve("cpu")).model
+    model.load_weights(str(work / MODEL_FILE))
+    return model.get_weights()
+
+
+def test_a_run_logs_every_step_with_the_torch_columns_and_saves_weights(tmp_path: Path) -> None:
+    facts = run_training(_cfg(epochs=2), tmp_path, tf_toy.make_job)
+    rows = _log(tmp_path)
+    assert tuple(rows[0]) == LOG_FIELDS
+    assert [int(r["step"]) for r in rows] == list(range(1, 7))
+    assert [int(r["epoch"]) for r in rows] == [0, 0, 0, 1, 1, 1]
+    assert float(rows[-1]["loss"]) < float(rows[0]["loss"])  # it learns
+    assert float(rows[-1]["lr"]) < float(rows[0]["lr"])  # the schedule moves
+    assert facts["steps"] == 6 and facts["resumed_from_step"] is None and facts["toy"]
+    assert (tmp_path / ENGINES["tensorflow"].weights).is_file()
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_training(_cfg(epochs=2), straight, tf_toy.make_job)
+    run_training(_cfg(epochs=1), resumed, tf_toy.make_job)
+    facts = run_training(_cfg(epochs=2), resumed, tf_toy.make_job)
+    assert facts["resumed_from_step"] == 3
+    assert [r["step"] for r in _log(resumed)] == [r["step"] for r in _log(straight)]
+    for a, b in zip(_weights(straight), _weights(resumed), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+KILLED_RUN = """
+import sys
+from pathlib import Path
+from accelpipe.engines.tf_trainer import run_training
+from tests.helpers import tf_toy
+
+train = {"epochs": 4, "lr": 0.05, "seed": 3, "batch_size": 4}
+cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
+delay = float(sys.argv[2])
+run_training(cfg, Path(sys.argv[1]), lambda c, d: tf_toy.make_job(c, d, delay_s=delay))
+"""
+
+
+def test_sigkill_mid_run_then_resume_loses_no_step_and_logs_none_twice(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'workflow'}{os.pathsep}{REPO}"}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp_path), "0.3"], env=env)
+    checkpoints = tmp_path / ENGINES["tensorflow"].checkpoints[0]
+    # kill in epoch 1, after its checkpoint-less rows reached the log
+    while proc.poll() is None and not (
+        list(checkpoints.glob("ckpt-3.index")) and int(_log(tmp_path)[-1]["step"]) > 3
+    ):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    logged_before = [int(r["step"]) for r in _log(tmp_path)]
+    assert logged_before[-1] > 3  # rows after the checkpoint, which the resume must drop
+    subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path), "0"], env=env, check=True)
+    steps = [int(r["step"]) for r in _log(tmp_path)]
+    assert steps == list(range(1, 13))
+
+
+def test_profiled_steps_leave_a_chrome_trace_with_the_reference_sections(tmp_path: Path) -> None:
+    run_training(_cfg(epochs=1, profile=True), tmp_path, tf_toy.make_job)
+    traces = sorted((tmp_path / "traces").glob("trace_step*.json.gz"))
+    assert [t.name for t in traces] == ["trace_step000003.json.gz"]  # steps 2 and 3 active
+    with gzip.open(traces[0], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert {"loader_next", "step", "train 2", "train 3"} <= names  # TF's step markers
+    steps = {e["args"]["step_num"] for e in events if e.get("name", "").startswith("train ")}
+    assert steps == {"2", "3"}
+    scopes = {
+        e["args"]["long_name"].split("/", 1)[0]
+        for e in events
+        if isinstance(e.get("args"), dict) and "long_name" in e["args"]
+    }
+    # inside the tf.function: ops carry the name scopes; gradients sit under gradient_tape/
+    assert {"forward", "loss", "optimizer_step", "gradient_tape"} <= scopes
+    assert set(SECTIONS) - {"loader_first", "backward"} <= names | scopes
+    assert list((tmp_path / "profile").glob("cycle0/plugins/profile/*/*.xplane.pb"))
+
+
+def test_fp16_runs_with_loss_scaling_and_bf16_keeps_fp32_weights(tmp_path: Path) -> None:
+    for precision in ("fp16", "bf16"):
+        work = tmp_path / precision
+        facts = run_training(_cfg(epochs=1, precision=precision), work, tf_toy.make_job)
+        assert facts["precision"] == precision
+        assert all(np.isfinite(float(r["loss"])) for r in _log(work))
+
+
+TWO_WORKERS = """
+import json, sys
+from pathlib import Path
+from accelpipe.config import TrainConfig, view
+from accelpipe.engines import tf_distributed
+from tests.helpers import tf_toy
+out = Path(sys.argv[1])
+train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2}
+cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
+if len(sys.argv) > 2:  # a launched worker (TF_CONFIG set by the launcher): train
+    from accelpipe.engines.tf_trainer import run_training
+    facts = run_training(cfg, out, tf_toy.make_job)
+    (out / f"facts{tf_distributed.cluster()[0]}.json").write_text(json.dumps(facts))
+else:  # the launcher, with this script as the workers' command instead of the CLI
+    tf_distributed.worker_command = lambda argv: [sys.executable, __file__, str(out), "worker"]
+    tf_distributed.launch_training(view(TrainConfig, train), [], 2)
+"""
+
+
+def test_two_workers_train_like_one_process_on_the_same_global_batches(tmp_path: Path) -> None:
+    """MultiWorkerMirroredStrategy over 2 local processes: each reads its own half of every
+    global batch; gradients averaged, so the weights end where one process's do."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    run_training(_cfg(epochs=2), one, tf_toy.make_job)
+    two.mkdir()
+    script = tmp_path / "two_workers.py"
+    script.write_text(TWO_WORKERS)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'workflow'}{os.pathsep}{REPO}"}
+    subprocess.run([sys.executable, str(script), str(two)], env=env, check=True)
+    facts = json.loads((two / "facts0.json").read_text())
+    assert facts["world_size"] == 2 and facts["global_batch"] == 4
+    assert json.loads((two / "facts1.json").read_text()) is None  # only the chief reports
+    assert [r["step"] for r in _log(two)] == [r["step"] for r in _log(one)]
+    for a, b in zip(_weights(one), _weights(two), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not list(two.glob(".checkpoints-worker*"))  # the other worker's scratch copy

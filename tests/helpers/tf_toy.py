@@ -1,0 +1,64 @@
+"""A tiny TensorFlow job for engine tests: a small Keras model on fixed random tensors."""
+
+from __future__ import annotations
+
+import time
+
+from accelpipe.config import TrainConfig
+from accelpipe.devices.tf_device import TFDevice
+from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_distributed import InputShard
+from accelpipe.engines.tf_trainer import TFTrainJob
+
+STEPS_PER_EPOCH = 3
+BATCH = 4
+
+
+def toy_dataset(epoch: int, shard: InputShard, delay_s: float = 0.0) -> tf.data.Dataset:
+    """Fixed data per epoch (seeded by the epoch), so runs and resumes see the same batches.
+
+    Worker i of n takes rows i, i+n, ... of every global batch, so n workers together see
+    exactly the batches one process sees.
+    """
+    gen = tf.random.Generator.from_seed(1000 + epoch)
+    x = gen.normal((STEPS_PER_EPOCH * BATCH, 8))
+    y = tf.reduce_sum(x[:, :2], axis=1, keepdims=True)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).shard(shard.num_workers, shard.index)
+    data = data.batch(shard.batch_size, drop_remainder=True)
+    if delay_s:  # a slow loader, so a test can kill the run between two checkpoints
+
+        def slow(x: tf.Tensor) -> tf.Tensor:
+            time.sleep(delay_s)
+            return x
+
+        data = data.map(lambda a, b: (tf.py_function(slow, [a], tf.float32), b))
+        data = data.map(lambda a, b: (tf.ensure_shape(a, (shard.batch_size, 8)), b))
+    return data
+
+
+def make_job(cfg: TrainConfig, device: TFDevice, delay_s: float = 0.0) -> TFTrainJob:
+    model = keras.Sequential(
+        [
+            keras.layers.Input((8,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(1, dtype="float32"),
+        ]
+    )
+    schedule = keras.optimizers.schedules.PolynomialDecay(cfg.lr, 100, cfg.lr / 10)
+    optimizer = keras.optimizers.SGD(schedule, momentum=0.9)
+
+    def loss_fn(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_mean(tf.square(pred - target))
+
+    return TFTrainJob(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=loss_fn,
+        dataset=lambda epoch, shard: toy_dataset(epoch, shard, delay_s),
+        steps_per_epoch=STEPS_PER_EPOCH,
+        batch_size=cfg.batch_size,
+        regularization=lambda: (
+            1e-4 * tf.add_n([tf.nn.l2_loss(v) for v in model.trainable_variables])
+        ),
+        facts={"toy": True},
+    )

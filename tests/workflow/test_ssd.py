@@ -1,0 +1,164 @@
+"""End-to-end: SSD-ResNet34 on synthetic COCO through the real snakemake workflow
+(TensorFlow 2.21 here; tests/workflow/test_ssd_cli.py drives the same stages under TF 2.15)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
+
+pytestmark = pytest.mark.e2e
+
+RUNS = ("results/ssd/bf16", "results/ssd/fp32")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    proj = make_project(tmp_path_factory.mktemp("ssd"))
+    proj.snakemake(*RUNS)
+    return proj
+
+
+@pytest.mark.parametrize(("target", "precision"), [(RUNS[0], "bf16"), (RUNS[1], "fp32")])
+def test_named_runs_publish_complete_folders(project: Project, target: str, precision: str) -> None:
+    result = project.root / target
+    expected = {
+        "model.weights.h5",
+        "metrics.json",
+        "per_category_ap.csv",
+        "detections.json",
+        "train_log.csv",
+        "trace_summary.json",
+        "step_breakdown.png",
+        "provenance.json",
+    }
+    assert expected <= {p.name for p in result.iterdir()}
+    metrics = json.loads((result / "metrics.json").read_text())
+    assert set(metrics) >= {"AP", "AP50", "AP75", "APs", "APm", "APl"}
+    assert all(0 <= metrics[k] <= 1 for k in ("AP", "AP50", "AP75"))
+    assert metrics["images"] == 8
+    stage = json.loads(
+        (project.root / target.replace("results", "work") / "train/stage.json").read_text()
+    )
+    assert (stage["precision"], stage["steps"], stage["global_batch"]) == (precision, 6, 4)
+    assert stage["architecture"] == {"classes": 5, "width": 8}
+    provenance = json.loads((result / "provenance.json").read_text())
+    assert provenance["config"]["ssd"]["train"]["precision"] == precision
+    assert provenance["packages"]["tensorflow-cpu"]  # the engine's packages are recorded
+    assert "torch" not in provenance["packages"]
+
+
+def test_detections_are_coco_results_for_the_validation_images(project: Project) -> None:
+    result = project.root / RUNS[1]
+    detections = json.loads((result / "detections.json").read_text())
+    truth = json.loads(
+        (project.root / "data/prepared/coco/tfrecord/instances_val2017.json").read_text()
+    )
+    images = {i["id"]: i for i in truth["images"]}
+    categories = {c["id"] for c in truth["categories"]}
+    metrics = json.loads((result / "metrics.json").read_text())
+    assert len(detections) == metrics["detections"]
+    for d in detections:
+        assert d["image_id"] in images and d["category_id"] in categories
+        assert 0.05 < d["score"] <= 1 and len(d["bbox"]) == 4
+    per_image = {}
+    for d in detections:
+        per_image[d["image_id"]] = per_image.get(d["image_id"], 0) + 1
+    assert max(per_image.values()) <= 200
+    with (result / "per_category_ap.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(int(r["category_id"]) for r in rows) == sorted(categories)
+
+
+def test_trace_summary_has_the_tensorflow_sections(project: Project) -> None:
+    summary = json.loads((project.root / RUNS[1] / "trace_summary.json").read_text())
+    sections = set(summary["sections"])
+    assert {"step", "forward", "loss", "backward", "optimizer_step"} <= sections
+    assert {"loader_first", "loader_next"} & sections
+    assert summary["steps"]["count"] == 2  # profile.schedule active: 2
+
+
+def test_rerun_is_a_no_op_and_a_run_override_retrains_only_that_run(project: Project) -> None:
+    assert project.planned_jobs(*RUNS) == {}
+    runs = TINY_CONFIG["ssd"]["runs"] | {"bf16": {"precision": "bf16", "lr": 0.02}}
+    changed = "ssd=" + json.dumps({"runs": runs})
+    jobs = project.planned_jobs(*RUNS, "--config", changed)
+    assert jobs == {"train": 1, "evaluate": 1, "summarize_trace": 1, "publish_run": 1}
+
+
+def test_two_worker_run_shards_the_global_batch(project: Project) -> None:
+    """devices: 2 trains with MultiWorkerMirroredStrategy: two processes, each half of the
+    global batch of 4 from its own share of the records."""
+    project.snakemake("work/ssd/ddp/train")
+    stage = json.loads((project.root / "work/ssd/ddp/train/stage.json").read_text())
+    assert (stage["world_size"], stage["global_batch"], stage["steps"]) == (2, 4, 6)
+    with (project.root / "work/ssd/ddp/train/train_log.csv").open() as f:
+        losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 6 and all(0 < v < 100 for v in losses)
+
+
+def test_pretrained_backbone_is_loaded_and_its_frozen_layers_kept(
+    project: Project, tmp_path: Path
+) -> None:
+    """A backbone checkpoint given by path: the frozen stem leaves training as loaded."""
+    from accelpipe.engines.keras2 import keras
+    from accelpipe.models import ssd_resnet34
+
+    keras.utils.set_random_seed(7)
+    source = ssd_resnet34.build_ssd300(num_classes=6, width=8)
+    prefix = ssd_resnet34.save_backbone(source, tmp_path / "backbone")
+    override = {"model": {"width": 8, "backbone_checkpoint": prefix}}
+    project.snakemake("work/ssd/fp32/train", "--config", "ssd=" + json.dumps(override))
+    work = project.root / "work/ssd/fp32/train"
+    assert json.loads((work / "stage.json").read_text())["backbone_checkpoint"] == prefix
+    trained = ssd_resnet34.build_ssd300(num_classes=6, width=8)
+    trained.load_weights(str(work / "model.weights.h5"))
+    for name in ssd_resnet34.FROZEN_LAYERS:
+        got, want = trained.get_layer(name).get_weights(), source.get_layer(name).get_weights()
+        kept = 2 if "bn" in name else len(want)  # BN: gamma, beta (moving stats do update)
+        for k in range(kept):
+            assert (got[k] == want[k]).all(), name
+    # a trained (not frozen) layer moved away from the checkpoint
+    moved = trained.get_layer("g2b1_conv1").get_weights()[0]
+    assert not (moved == source.get_layer("g2b1_conv1").get_weights()[0]).all()
+
+
+@pytest.mark.slow
+def test_shipped_config_learns_the_objects(tmp_path: Path) -> None:
+    """The embedded default config: COCO AP50 far above an untrained model of the same
+    architecture on the same validation images."""
+    shipped = yaml.safe_load((REPO / "config.yaml").read_text())
+    (tmp_path / "project").mkdir()
+    project = make_project(tmp_path / "project", shipped)
+    project.snakemake("results/ssd/fp32")
+    trained = json.loads((project.root / "results/ssd/fp32/metrics.json").read_text())
+    untrained = _untrained_metrics(project, tmp_path / "untrained")
+    assert trained["AP50"] > max(0.2, 3 * untrained["AP50"]), (trained, untrained)
+
+
+def _untrained_metrics(project: Project, out: Path) -> dict:
+    """The evaluate stage's metrics for freshly initialised weights of the trained model's
+    architecture."""
+    from accelpipe import stage_config
+    from accelpipe.config import validate
+    from accelpipe.engines.keras2 import keras
+    from accelpipe.models import ssd_resnet34
+    from accelpipe.workloads import ssd
+
+    work = project.root / "work/ssd/fp32/train"
+    architecture = json.loads((work / "stage.json").read_text())["architecture"]
+    model_dir = out / "model"
+    model_dir.mkdir(parents=True)
+    keras.utils.set_random_seed(1)
+    model = ssd_resnet34.build_ssd300(architecture["classes"] + 1, architecture["width"])
+    model.save_weights(str(model_dir / "model.weights.h5"))
+    (model_dir / "stage.json").write_text(json.dumps({"architecture": architecture}))
+    config = validate(yaml.safe_load((project.root / "config.yaml").read_text()))
+    cfg = stage_config.evaluate(config, "ssd", "fp32")
+    prepared = project.root / "data/prepared/coco/tfrecord"
+    return ssd.evaluate(prepared, "untrained", cfg, model_dir, out)

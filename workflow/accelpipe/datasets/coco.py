@@ -1,0 +1,242 @@
+"""COCO 2017 detection (the SSD-ResNet34 workload): raw sources, raw check, TFRecord preparation.
+
+Raw layout (as the official zips unpack)::
+
+    <raw>/train2017/000000000009.jpg ...
+    <raw>/val2017/000000000139.jpg ...
+    <raw>/annotations/instances_train2017.json
+    <raw>/annotations/instances_val2017.json
+
+Sources: `synthetic` (accelpipe.datasets.coco_synthetic), `coco` (the three official zips,
+downloaded with resume and md5 check, then safely extracted) and `path:` (an existing copy,
+linked after its layout is checked).
+
+Prepared layout (variant `tfrecord`, accelpipe.datasets.coco_tfrecord)::
+
+    <out>/train-%05d-of-%05d.tfrecord   images with >= 1 box
+    <out>/val-%05d-of-%05d.tfrecord     every val image
+    <out>/instances_val2017.json        copied: the evaluator's ground truth
+    <out>/dataset.json                  counts per split, categories and the label map
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from accelpipe.datasets import existing_copy
+from accelpipe.datasets.coco_synthetic import synthesize
+from accelpipe.datasets.coco_tfrecord import SplitStats, encode, records
+from accelpipe.datasets.download import download, safe_extract
+from accelpipe.datasets.tfrecord import write_shards
+from accelpipe.errors import ConfigError, DataError
+from accelpipe.io import atomic_path, write_json
+
+SPLITS = ("train", "val")
+VARIANT = "tfrecord"
+FORMAT = "tensorflow/tpu create_coco_tf_record (+ ignore_images_without_bbox for train)"
+
+# The official zips: the COCO site publishes no checksums. These md5s are the ones published
+# with the same URLs in intel/neural-compressor (examples/.../maskrcnn/download_dataset.sh) and
+# several other loaders; gluoncv's scripts/datasets/mscoco.py lists the sha1s in the comments.
+# Each zip unpacks to the folder named beside it.
+ZIPS: dict[str, dict[str, str]] = {
+    "train2017.zip": {
+        "url": "http://images.cocodataset.org/zips/train2017.zip",
+        "md5": "cced6f7f71b7629ddf16f17bbcfab6b2",  # sha1 10ad623668ab00c62c096f0ed636d6aff41faca5
+        "folder": "train2017",
+    },
+    "val2017.zip": {
+        "url": "http://images.cocodataset.org/zips/val2017.zip",
+        "md5": "442b8da7639aecaf257c1dceb8ba8c80",  # sha1 4950dc9d00dbe1c933ee0170f5797584351d2a41
+        "folder": "val2017",
+    },
+    "annotations_trainval2017.zip": {
+        "url": "http://images.cocodataset.org/annotations/annotations_trainval2017.zip",
+        "md5": "f4bbac642086de4f52a3fdda2de5fa2c",  # sha1 8551ee4bb5860311e79dace7e79cb91e432e78b3
+        "folder": "annotations",
+    },
+}
+# Keys of the `datasets.coco.download` config block for each zip.
+ZIP_KEYS = {
+    "train": "train2017.zip",
+    "val": "val2017.zip",
+    "annotations": "annotations_trainval2017.zip",
+}
+
+
+def annotation_file(raw: Path, split: str) -> Path:
+    return raw / "annotations" / f"instances_{split}2017.json"
+
+
+def check_raw(raw: str | Path) -> dict[str, int]:
+    """Check the raw layout (both image folders and instances files); return images per split.
+
+    Only the layout and the JSON's top-level lists are checked here; every image and box is
+    checked when it is converted.
+    """
+    from accelpipe.datasets.coco_tfrecord import load_instances
+
+    raw = Path(raw)
+    counts = {}
+    for split in SPLITS:
+        folder = raw / f"{split}2017"
+        if not folder.is_dir():
+            raise DataError(f"{folder}: COCO image folder not found")
+        counts[split] = len(load_instances(annotation_file(raw, split))["images"])
+    return counts
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def zip_table(download_cfg: dict[str, Any] | None = None) -> dict[str, dict[str, str]]:
+    """ZIPS with the config's url / md5 overrides (`{train|val|annotations: {url, md5}}`)."""
+    table = {name: dict(entry) for name, entry in ZIPS.items()}
+    for key, override in (download_cfg or {}).items():
+        if key not in ZIP_KEYS:
+            raise ConfigError(
+                f"datasets.coco.download.{key}: unknown zip (known: {sorted(ZIP_KEYS)})"
+            )
+        table[ZIP_KEYS[key]] |= {k: v for k, v in (override or {}).items() if v is not None}
+    return table
+
+
+def fetch(
+    out: Path,
+    downloads: str | Path,
+    table: dict[str, dict[str, str]] | None = None,
+    *,
+    progress: bool = True,
+) -> Path:
+    """Download (resuming, md5-checked) and extract the three zips into the raw layout `out`.
+
+    The zips stay in `downloads`, so a rerun or a later `raw` costs no transfer.
+    """
+    table = table or ZIPS
+    out.mkdir(parents=True, exist_ok=True)
+    for name, entry in table.items():
+        archive = download(
+            entry["url"], Path(downloads) / name, md5=entry.get("md5"), progress=progress
+        )
+        unpacked = out / f".unpack-{entry['folder']}"
+        safe_extract(archive, unpacked)
+        folder = unpacked / entry["folder"]
+        if not folder.is_dir():
+            raise DataError(f"{archive}: has no top-level folder {entry['folder']}/")
+        folder.rename(out / entry["folder"])
+        shutil.rmtree(unpacked)
+    return out
+
+
+def _link_copy(location: str, out: Path) -> None:
+    """Link the layout of an existing copy (the folder holding train2017/ ..., or a folder
+    holding that one as `coco/`) into `out`."""
+    root = existing_copy(location, "coco", "coco")
+    check_raw(root)
+    out.mkdir(parents=True)
+    for folder in ("train2017", "val2017", "annotations"):
+        (out / folder).symlink_to((root / folder).resolve(), target_is_directory=True)
+
+
+def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
+    """Create the raw layout in `out` from the configured source; return facts for provenance."""
+    source = cfg.get("source", "synthetic")
+    if source == "synthetic":
+        synth = cfg.get("synthetic") or {}
+        synthesize(
+            out,
+            train_images=synth.get("train_images", 48),
+            val_images=synth.get("val_images", 16),
+            size=synth.get("size", (96, 72)),
+            seed=synth.get("seed", 0),
+        )
+    elif source == "coco":
+        fetch(out, downloads, zip_table(cfg.get("download")))
+    elif source.startswith("path:"):
+        _link_copy(source.removeprefix("path:"), out)
+    else:
+        raise ConfigError(
+            f"datasets.coco.source: unknown source {source!r} (synthetic | coco | path:...)"
+        )
+    counts = check_raw(out)
+    return {"source": source.split(":", 1)[0], "images": counts}
+
+
+# ----------------------------------------------------------------------------- preparation
+
+
+def _category_list(cats: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Categories sorted by COCO id; `label` is the contiguous 1..N id the model trains on."""
+    return [
+        {
+            "id": cid,
+            "name": cats[cid]["name"],
+            "supercategory": cats[cid].get("supercategory", ""),
+            "label": k,
+        }
+        for k, cid in enumerate(sorted(cats), start=1)
+    ]
+
+
+def prepare(
+    raw: str | Path,
+    out: str | Path,
+    *,
+    train_shards: int = 256,
+    val_shards: int = 32,
+    workers: int = 1,
+) -> Path:
+    """Write the TFRecord shards, the val ground truth and dataset.json into `out` (atomic).
+
+    A DataError (bad JPEG or box: naming the image id; bad instances file: naming the file and
+    key) leaves an existing `out` untouched. Records are checked against the expected count.
+    """
+    raw, out = Path(raw), Path(out)
+    shards = {"train": train_shards, "val": val_shards}
+    plans, stats, cats = {}, {}, {}
+    for split in SPLITS:  # every JSON problem surfaces before any image is read
+        ann_file = annotation_file(raw, split)
+        plans[split], stats[split], cats[split] = records(
+            ann_file, raw / f"{split}2017", skip_empty=split == "train"
+        )
+    if sorted(cats["val"]) != sorted(cats["train"]):
+        raise DataError(
+            f"{annotation_file(raw, 'val')}: 'categories' differ from the train split's"
+        )
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for split in SPLITS:
+            write_shards(tmp, split, plans[split], shards[split], encode, workers)
+        shutil.copyfile(annotation_file(raw, "val"), tmp / "instances_val2017.json")
+        write_json(tmp / "dataset.json", _meta(stats, shards, cats["train"]))
+    return out
+
+
+def _meta(
+    stats: dict[str, SplitStats], shards: dict[str, int], cats: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
+    categories = _category_list(cats)
+    return {
+        "format": FORMAT,
+        "splits": {s: asdict(stats[s]) | {"shards": shards[s]} for s in SPLITS},
+        "categories": categories,
+        "label_to_coco_id": {str(c["label"]): c["id"] for c in categories},
+        "coco_id_to_label": {str(c["id"]): c["label"] for c in categories},
+    }
+
+
+def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], workers: int) -> Path:
+    """The prepared variants of COCO; `tfrecord` is the SSD reference's TFRecord conversion."""
+    if variant != VARIANT:
+        raise DataError(f"coco has no prepared variant {variant!r} (known: {VARIANT})")
+    options = cfg.get("prepare") or {}
+    return prepare(
+        raw,
+        out,
+        train_shards=options.get("train_shards", 256),
+        val_shards=options.get("val_shards", 32),
+        workers=workers,
+    )

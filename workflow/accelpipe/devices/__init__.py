@@ -1,0 +1,48 @@
+"""The one device layer: cpu | cuda | rocm | gaudi, for both frameworks.
+
+What a backend means independently of the framework is here: the names, what precision
+`auto` resolves to, and how many CPU threads a stage may use. Each framework resolves a
+backend into its own device object in its module, imported only by that framework's engine:
+`torch_device` (torch.device, autocast, Gaudi lazy mode) and `tf_device` (visible devices,
+Keras mixed-precision policies, Habana's TF module). A backend whose runtime is missing
+fails at once with BackendUnavailableError.
+"""
+
+from __future__ import annotations
+
+import os
+
+from accelpipe.errors import ConfigError
+
+BACKENDS = ("cpu", "cuda", "rocm", "gaudi")
+PRECISIONS = ("bf16", "fp16", "fp32")
+# bf16 is what the reference recipes use on accelerators; on CPU it is usually slower than
+# fp32 without AMX, so auto means fp32 there.
+AUTO_PRECISION = {"cpu": "fp32", "cuda": "bf16", "rocm": "bf16", "gaudi": "bf16"}
+
+
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"config key 'backend': unknown backend {backend!r} ({', '.join(BACKENDS)})"
+        )
+
+
+def resolve_precision(
+    backend: str, precision: str = "auto", auto: dict[str, str] | None = None
+) -> str:
+    """`precision` with "auto" resolved for `backend`; `auto` overrides it per workload."""
+    check_backend(backend)
+    if precision == "auto":
+        precision = {**AUTO_PRECISION, **(auto or {})}[backend]
+    if precision not in PRECISIONS:
+        raise ConfigError(f"config key 'precision': unknown precision {precision!r}")
+    return precision
+
+
+def usable_threads(threads: int) -> int:
+    """The rule's `threads`, but never more than the CPUs this process may run on.
+
+    Snakemake scales `threads` to `--cores`, which can exceed the real cores.
+    """
+    return max(1, min(threads, len(os.sched_getaffinity(0))))

@@ -1,0 +1,109 @@
+"""The device layer for TensorFlow: cpu | cuda | rocm | gaudi.
+
+Resolves a backend into the TF device string the engine places work on, the Keras
+mixed-precision policy (`mixed_bfloat16` / `mixed_float16` / `float32`) and, on Gaudi, loads
+Habana's TensorFlow module (SynapseAI <= 1.14). Which physical devices a process sees is
+set before TensorFlow starts, by the lease (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES,
+HABANA_VISIBLE_MODULES); here each process takes its visible device `index`. A backend
+whose runtime is missing fails at once with BackendUnavailableError.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+from accelpipe.devices import resolve_precision, usable_threads
+from accelpipe.engines.keras2 import keras, tf
+from accelpipe.errors import BackendUnavailableError
+
+_POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16", "fp32": "float32"}
+
+
+@dataclass(frozen=True)
+class TFDevice:
+    """A resolved backend: what the TensorFlow engine needs to know about the hardware."""
+
+    backend: str
+    device: str  # e.g. "/CPU:0", "/GPU:0", "/device:HPU:0"
+    name: str
+    precision: str
+
+    @property
+    def policy(self) -> str:
+        return _POLICIES[self.precision]
+
+    def apply_policy(self) -> None:
+        """Set Keras's global mixed-precision policy; build models after this."""
+        keras.mixed_precision.set_global_policy(self.policy)
+
+    @property
+    def loss_scaling(self) -> bool:
+        """fp16 gradients underflow without loss scaling; bf16 and fp32 need none."""
+        return self.precision == "fp16"
+
+
+def resolve(
+    backend: str, precision: str = "auto", index: int = 0, auto: dict[str, str] | None = None
+) -> TFDevice:
+    """Check the backend's runtime is present and return its TFDevice."""
+    precision = resolve_precision(backend, precision, auto)
+    return {"cpu": _cpu, "cuda": _cuda, "rocm": _rocm, "gaudi": _gaudi}[backend](precision, index)
+
+
+def _cpu(precision: str, index: int) -> TFDevice:
+    name = f"cpu ({platform.machine()}, TensorFlow {tf.__version__})"
+    return TFDevice("cpu", "/CPU:0", name, precision)
+
+
+def _gpu(backend: str, built: bool, stack: str, precision: str, index: int) -> TFDevice:
+    if not built:
+        raise BackendUnavailableError(
+            f"backend '{backend}' needs a TensorFlow build with {stack}; this one is "
+            f"TensorFlow {tf.__version__} without it"
+        )
+    gpus = tf.config.list_physical_devices("GPU")
+    if index >= len(gpus):
+        raise BackendUnavailableError(
+            f"backend '{backend}': process {index} needs GPU {index} but TensorFlow sees "
+            f"{len(gpus)} (check the driver, the visibility variables and accelerators.pool)"
+        )
+    details = tf.config.experimental.get_device_details(gpus[index])
+    name = details.get("device_name", f"{stack} GPU {index}")
+    return TFDevice(backend, f"/GPU:{index}", name, precision)
+
+
+def _cuda(precision: str, index: int) -> TFDevice:
+    return _gpu("cuda", tf.test.is_built_with_cuda(), "CUDA", precision, index)
+
+
+def _rocm(precision: str, index: int) -> TFDevice:
+    return _gpu("rocm", tf.test.is_built_with_rocm(), "ROCm", precision, index)
+
+
+def _gaudi(precision: str, index: int) -> TFDevice:
+    # Habana's TF bridge registers the HPU device when its module is loaded; each process
+    # sees the one module its lease made visible, so `index` is not needed.
+    try:
+        from habana_frameworks.tensorflow import load_habana_module
+    except ImportError as err:
+        raise BackendUnavailableError(
+            "backend 'gaudi' needs habana_frameworks.tensorflow (Habana's TensorFlow stack, "
+            f"last released with SynapseAI 1.14 for TF 2.15): {err}"
+        ) from None
+    load_habana_module()
+    if not tf.config.list_logical_devices("HPU"):
+        raise BackendUnavailableError(
+            "backend 'gaudi': habana_frameworks.tensorflow loaded but no HPU is visible"
+        )
+    return TFDevice("gaudi", "/device:HPU:0", "Gaudi HPU (TensorFlow)", precision)
+
+
+def limit_threads(threads: int) -> None:
+    """TensorFlow's intra-op pool: the rule's `threads`, at most the CPUs we may run on.
+
+    Must run before TensorFlow executes its first op (the pools are fixed after that).
+    """
+    n = usable_threads(threads)
+    tf.config.threading.set_intra_op_parallelism_threads(n)
+    tf.config.threading.set_inter_op_parallelism_threads(min(2, n))

@@ -1,0 +1,386 @@
+"""The TensorFlow training loop shared by the TensorFlow workloads.
+
+A custom loop, not `model.fit`, so that it honours the engine contract feature for feature
+with the PyTorch engine: the same train_log.csv columns, epoch checkpoints in the work
+directory that a killed job resumes from (tf.train.CheckpointManager), the same profiler
+schedule keys, and the reference's sections in the trace. The step is one `tf.function`
+(XLA with `train.compile`): sections inside it are `tf.name_scope`s (`forward`, `loss`,
+`backward`, `optimizer_step`), which the profiler records as op-name prefixes; sections
+outside it (`loader_first`, `loader_next`, `step`) and the step markers are profiler
+`Trace` events. Each profiler cycle's XSpace is converted to a Chrome-trace JSON (xprof)
+for the one trace summarizer.
+
+With `train.devices` > 1 the stage launches one worker per device (engines.tf_distributed)
+and each trains under MultiWorkerMirroredStrategy on its own shard of the data; worker 0
+writes the log, checkpoints, traces and weights.
+
+A workload supplies the model, the loss, the per-epoch dataset and the optimizer; Keras 2
+comes from engines.keras2 on every TensorFlow this supports (2.15 to 2.21).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelpipe.config import ProfileConfig, TrainConfig, view
+from accelpipe.devices import tf_device
+from accelpipe.devices.tf_device import TFDevice
+from accelpipe.distributed import check_global_batch
+from accelpipe.engines import ENGINES, tf_distributed
+from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_distributed import InputShard
+from accelpipe.engines.train_log import log_row, open_log, truncate_log
+from accelpipe.errors import ConfigError
+
+MODEL_FILE = ENGINES["tensorflow"].weights
+(CHECKPOINT_DIR,) = ENGINES["tensorflow"].checkpoints
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TFTrainJob:
+    """What a workload hands the loop (built under the device's precision policy)."""
+
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    loss_fn: Callable[[Any, Any], tf.Tensor]  # (model outputs, targets) -> reported loss
+    # (epoch, this worker's shard) -> that epoch's (inputs, targets) batches of the shard's
+    # batch size, from the shard's part of the data; at least steps_per_epoch of them
+    dataset: Callable[[int, InputShard], tf.data.Dataset]
+    steps_per_epoch: int
+    batch_size: int  # global
+    # Variables the optimizer updates (frozen layers left out); default: all trainable.
+    variables: list[tf.Variable] | None = None
+    # Added to the loss for the gradients only (a coupled L2 term); not logged.
+    regularization: Callable[[], tf.Tensor] | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # added to the train stage.json
+
+
+# workload hook: (train settings, device) -> the job to run
+JobFactory = Callable[[TrainConfig, TFDevice], TFTrainJob]
+
+# The engine contract's process hooks (accelpipe.engines): threads of TF's op pools.
+limit_threads = tf_device.limit_threads
+
+
+launch_training = tf_distributed.launch_training
+
+
+def in_worker() -> bool:
+    """A process started by a multi-worker launch (TF_CONFIG names its cluster role)."""
+    return "TF_CONFIG" in os.environ
+
+
+def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> dict[str, Any]:
+    """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
+
+    Writes the model's weights (MODEL_FILE) and returns the run facts for stage.json on the
+    chief; the other workers of a multi-worker run return None.
+    """
+    train_cfg = view(TrainConfig, cfg["train"])
+    index, world = tf_distributed.cluster()
+    check_global_batch(train_cfg.batch_size, world)
+    # The strategy must exist before TensorFlow runs any op; one process: no strategy.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if world > 1 else None
+    device = tf_device.resolve(cfg["backend"], train_cfg.precision)
+    device.apply_policy()  # before the model is built: layers take the global policy
+    keras.utils.set_random_seed(train_cfg.seed)  # the same on every worker: the same init
+    profile = ProfileConfig.from_slice(cfg.get("profile", {}))
+    shard = InputShard(world, index, train_cfg.batch_size // world)
+    place = strategy.scope() if strategy else tf.device(device.device)
+    with place:
+        job = make_job(train_cfg, device)
+        trainer = TFTrainer(job, device, train_cfg, profile, work_dir, shard, strategy)
+    resumed_from = trainer.step if trainer.resume() else None
+    trainer.fit()
+    if index != 0:
+        # Every worker saves: reading sync-on-read variables (BN moving statistics) is a
+        # collective the chief would wait on forever. Only the chief's file is kept.
+        with tempfile.TemporaryDirectory() as scratch:
+            job.model.save_weights(str(Path(scratch) / MODEL_FILE))
+        return None
+    job.model.save_weights(str(work_dir / MODEL_FILE))
+    return {
+        "device": device.name,
+        "backend": device.backend,
+        "precision": device.precision,
+        "compiled": train_cfg.compile,
+        "steps": trainer.step,
+        "resumed_from_step": resumed_from,
+        "world_size": world,
+        "global_batch": job.batch_size,
+        **job.facts,
+    }
+
+
+def load_for_eval(
+    model_dir: Path, cfg: dict[str, Any], build: Callable[[], keras.Model]
+) -> tuple[keras.Model, TFDevice]:
+    """The trained model from `model_dir`, built under the evaluate slice's precision."""
+    train = cfg.get("train", {})
+    device = tf_device.resolve(cfg["backend"], train.get("precision", "auto"))
+    device.apply_policy()
+    with tf.device(device.device):
+        model = build()
+        model.load_weights(str(model_dir / MODEL_FILE))
+    return model, device
+
+
+class TFTrainer:
+    """Runs a TFTrainJob for `cfg.epochs`, resuming from the work dir's last checkpoint."""
+
+    def __init__(
+        self,
+        job: TFTrainJob,
+        device: TFDevice,
+        cfg: TrainConfig,
+        profile: ProfileConfig,
+        work_dir: Path,
+        shard: InputShard | None = None,
+        strategy: tf.distribute.Strategy | None = None,
+    ) -> None:
+        self.job, self.device, self.cfg, self.work_dir = job, device, cfg, work_dir
+        self.shard = shard or InputShard(1, 0, job.batch_size)
+        self.strategy = strategy
+        self.chief = self.shard.index == 0
+        self.variables = (
+            job.variables if job.variables is not None else job.model.trainable_variables
+        )
+        self.optimizer = job.optimizer
+        if device.loss_scaling:  # fp16 only
+            self.optimizer = keras.mixed_precision.LossScaleOptimizer(job.optimizer)
+        # Slots now, not lazily in the first step: one trace of the step, clean first timings.
+        job.optimizer.build(self.variables)
+        self._epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
+        checkpoint = tf.train.Checkpoint(
+            model=job.model, optimizer=self.optimizer, epoch=self._epoch, step=self._step
+        )
+        # Every worker saves (the save is collective); only the chief's copy is kept.
+        folder = CHECKPOINT_DIR if self.chief else f".{CHECKPOINT_DIR}-worker{self.shard.index}"
+        self._scratch = None if self.chief else work_dir / folder
+        self.manager = tf.train.CheckpointManager(checkpoint, str(work_dir / folder), max_to_keep=1)
+        self._restore_from = work_dir / CHECKPOINT_DIR
+        self.profiler = _Profiler(profile if self.chief else ProfileConfig(False), work_dir)
+        if strategy is None:
+            self._step_fn = tf.function(self._train_step, jit_compile=cfg.compile)
+        else:
+            replica_step = tf.function(self._train_step, jit_compile=cfg.compile)
+
+            @tf.function
+            def distributed_step(inputs: Any, targets: Any) -> tf.Tensor:
+                losses = strategy.run(replica_step, args=(inputs, targets))
+                return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+
+            self._step_fn = distributed_step
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.numpy())
+
+    @property
+    def step(self) -> int:
+        return int(self._step.numpy())
+
+    def resume(self) -> bool:
+        """Restore the last epoch checkpoint if one exists; return whether it did."""
+        latest = tf.train.latest_checkpoint(str(self._restore_from))  # the chief's, for all
+        if latest is None:
+            return False
+        self.manager.checkpoint.restore(latest).assert_existing_objects_matched()
+        if self.chief:
+            truncate_log(self.work_dir, self.step)
+        return True
+
+    def _train_step(self, inputs: Any, targets: Any) -> tf.Tensor:
+        scaling = self.device.loss_scaling
+        with tf.GradientTape() as tape:
+            with tf.name_scope("forward"):
+                outputs = self.job.model(inputs, training=True)
+            with tf.name_scope("loss"):
+                loss = self.job.loss_fn(outputs, targets)
+                total = (
+                    loss if self.job.regularization is None else loss + self.job.regularization()
+                )
+                # Replicas' gradients are summed: each contributes its share of the mean.
+                total = total / tf.distribute.get_strategy().num_replicas_in_sync
+                if scaling:
+                    total = self.optimizer.get_scaled_loss(total)
+        with tf.name_scope("backward"):
+            grads = tape.gradient(total, self.variables)
+            if scaling:
+                grads = self.optimizer.get_unscaled_gradients(grads)
+        with tf.name_scope("optimizer_step"):
+            self.optimizer.apply_gradients(zip(grads, self.variables, strict=True))
+        return loss
+
+    def _learning_rate(self) -> float:
+        lr = self.job.optimizer.learning_rate
+        if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
+            lr = lr(self.job.optimizer.iterations)
+        return float(tf.convert_to_tensor(lr))  # a (mirrored) variable or a tensor
+
+    def fit(self) -> None:
+        with self._open_log() as (log_file, writer):
+            while self.epoch < self.cfg.epochs:
+                started = time.perf_counter()
+                losses = self._run_epoch(writer, log_file)
+                self._epoch.assign_add(1)
+                self.manager.save(checkpoint_number=self.step)
+                rate = (
+                    self.job.steps_per_epoch * self.job.batch_size / (time.perf_counter() - started)
+                )
+                mean = sum(losses) / len(losses) if losses else float("nan")
+                log.info(
+                    "epoch %d/%d: mean logged loss %.4f, %.1f samples/s",
+                    self.epoch,
+                    self.cfg.epochs,
+                    mean,
+                    rate,
+                )
+        self.profiler.finish()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def _open_log(self) -> Iterator[tuple[Any, Any]]:
+        """train_log.csv on the chief; a sink that drops rows on the other workers."""
+        if self.chief:
+            with open_log(self.work_dir) as opened:
+                yield opened
+        else:
+            yield _NullLog(), _NullLog()
+
+    def _batches(self, epoch: int) -> Iterator[Any]:
+        if self.strategy is None:
+            return iter(self.job.dataset(epoch, self.shard))
+        # One replica per worker: each worker's pipeline is its own shard, batched per worker.
+        return iter(
+            self.strategy.distribute_datasets_from_function(
+                lambda _: self.job.dataset(epoch, self.shard)
+            )
+        )
+
+    def _run_epoch(self, writer: Any, log_file: Any) -> list[float]:
+        # Augmentation randomness per epoch: a resumed run sees the epochs it has not seen.
+        tf.random.set_seed(self.cfg.seed * 100_003 + self.epoch)
+        batches = self._batches(self.epoch)
+        losses: list[float] = []
+        for i in range(self.job.steps_per_epoch):
+            step = self.step + 1
+            with self.profiler.step(step):
+                started = time.perf_counter()
+                with tf.profiler.experimental.Trace("loader_first" if i == 0 else "loader_next"):
+                    inputs, targets = _next_batch(batches, self.epoch, i)
+                waited = time.perf_counter() - started
+                with tf.profiler.experimental.Trace("step"):
+                    loss = self._step_fn(inputs, targets)
+                    logged = step % self.cfg.log_every == 0
+                    value = float(loss) if logged else None  # a sync only on logged steps
+            self._step.assign_add(1)
+            if value is not None:
+                if not math.isfinite(value):
+                    raise FloatingPointError(f"loss is {value} at step {step}")
+                losses.append(value)
+                elapsed = time.perf_counter() - started
+                lr = self._learning_rate()
+                writer.writerow(
+                    log_row(self.epoch, step, value, lr, self.job.batch_size, waited, elapsed)
+                )
+                log_file.flush()  # a killed job leaves its log up to the last step it ran
+            self.profiler.end_step(step)
+        return losses
+
+
+class _NullLog:
+    """Stands in for the log file and its writer on workers other than the chief."""
+
+    def writerow(self, row: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _next_batch(batches: Any, epoch: int, index: int) -> Any:
+    try:
+        return next(batches)
+    except StopIteration:
+        raise ConfigError(
+            f"the dataset of epoch {epoch} ended after {index} batches; the workload must "
+            "yield steps_per_epoch batches (repeat it)"
+        ) from None
+
+
+class _Profiler:
+    """The profiler schedule (wait, warmup, active, repeat) on TF's start/stop.
+
+    TF has no warm-up phase that records and discards: the `warmup` steps run unprofiled,
+    like `wait`, and tracing starts at the first active step. Every step is marked with a
+    `train <n>` event (TF's step marker, which xprof groups by). Each cycle's XSpace goes to
+    `profile/cycle<k>/` (TensorBoard's profile plugin reads it) and is converted to
+    `traces/trace_step<n>.json.gz`, the Chrome trace the summarizer reads.
+    """
+
+    def __init__(self, profile: ProfileConfig, work_dir: Path) -> None:
+        s = profile.schedule
+        self.enabled = profile.enabled
+        self.skip, self.active, self.repeat = s.wait + s.warmup, s.active, s.repeat
+        self.work_dir = work_dir
+        self.running: Path | None = None
+
+    @contextlib.contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        cycle, position = divmod(step - 1, self.skip + self.active)
+        scheduled = self.enabled and (self.repeat == 0 or cycle < self.repeat)
+        if scheduled and position == self.skip:
+            self.running = self.work_dir / "profile" / f"cycle{cycle}"
+            tf.profiler.experimental.start(str(self.running))
+        with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
+            yield
+
+    def end_step(self, step: int) -> None:
+        """After the step is timed and logged: the cycle's last step stops and exports it
+        (seconds of conversion that must not count as step time)."""
+        position = (step - 1) % (self.skip + self.active)
+        if self.running is not None and position == self.skip + self.active - 1:
+            self._stop(step)
+
+    def _stop(self, step: int) -> None:
+        tf.profiler.experimental.stop()
+        logdir, self.running = self.running, None
+        traces = self.work_dir / "traces"
+        traces.mkdir(parents=True, exist_ok=True)
+        for xplane in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
+            text = xspace_to_trace_json(xplane)
+            with gzip.open(traces / f"trace_step{step:06d}.json.gz", "wt") as f:
+                f.write(text)
+
+    def finish(self) -> None:
+        """A run that ends mid-cycle: stop and convert what was recorded."""
+        if self.running is not None:
+            self._stop(0)
+
+
+def xspace_to_trace_json(xplane: Path) -> str:
+    """A profiler XSpace (`<host>.xplane.pb`) as Chrome trace JSON, converted by xprof.
+
+    `use_saved_result=False` keeps xprof from writing its cache files beside the input.
+    """
+    from xprof.convert import raw_to_tool_data
+
+    data, _ = raw_to_tool_data.xspace_to_tool_data(
+        [str(xplane)], "trace_viewer", {"use_saved_result": False}
+    )
+    return data.decode() if isinstance(data, bytes) else data

@@ -1,0 +1,57 @@
+"""What both engines write the same way: train_log.csv and the profiler's section names."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+LOG_FILE = "train_log.csv"
+LOG_FIELDS = ("epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms")
+# The reference's section names, recorded around the loop's phases; the trace summarizer
+# reports each. `forward`, `loss`, `backward` and `optimizer_step` nest in `step`;
+# `loader_first` is an epoch's first batch (worker start-up, cache fill).
+SECTIONS = ("loader_first", "loader_next", "step", "forward", "loss", "backward", "optimizer_step")
+
+
+@contextlib.contextmanager
+def open_log(work_dir: Path) -> Iterator[tuple[TextIO, csv.DictWriter]]:
+    """train_log.csv for appending (a header if new), and a writer of LOG_FIELDS rows."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / LOG_FILE
+    new_log = not path.exists()
+    with path.open("a", newline="") as log_file:
+        writer = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
+        if new_log:
+            writer.writeheader()
+        yield log_file, writer
+
+
+def log_row(
+    epoch: int, step: int, loss: float, lr: float, samples: int, waited: float, elapsed: float
+) -> dict[str, str]:
+    """One train_log.csv row; times in seconds, written in ms."""
+    return {
+        "epoch": str(epoch),
+        "step": str(step),
+        "loss": f"{loss:.6f}",
+        "lr": f"{lr:.6g}",
+        "samples_per_s": f"{samples / elapsed:.2f}",
+        "data_wait_ms": f"{waited * 1e3:.3f}",
+        "step_ms": f"{elapsed * 1e3:.3f}",
+    }
+
+
+def truncate_log(work_dir: Path, last_step: int) -> None:
+    """Drop log rows written after the checkpoint a run resumes from."""
+    path = work_dir / LOG_FILE
+    if not path.exists():
+        return
+    with path.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["step"]) <= last_step]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,212 @@
+"""SSD300 with a ResNet-34 backbone on COCO 2017: wires the TFRecords, the model, the SSD
+loss and pycocotools' COCOeval to the TensorFlow engine.
+
+Recipe as the reference (MLPerf v0.6 / Habana): SGD momentum 0.9, lr = base_lr x
+global_batch / 32 with a linear warmup, x1.01 until epoch `cosine_begin`, then a cosine to
+0.01 at `cosine_end`; a coupled L2 term (weight_decay x sum v^2 / 2 over every non-BN
+variable, biases included) added to the loss for the gradients only; the stem and the first
+block's first conv and BN frozen.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelpipe.config import TrainConfig
+from accelpipe.datasets.coco_input import eval_dataset, train_dataset
+from accelpipe.devices.tf_device import TFDevice
+from accelpipe.engines import tf_trainer
+from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_distributed import InputShard
+from accelpipe.engines.tf_trainer import TFTrainJob
+from accelpipe.errors import DataError
+from accelpipe.io import read_json, write_json
+from accelpipe.models import ssd_resnet34
+from accelpipe.models.ssd_boxes import default_boxes
+from accelpipe.models.ssd_loss import l2_loss, ssd_loss
+from accelpipe.models.ssd_postprocess import decode_detections
+
+log = logging.getLogger(__name__)
+_COCO_STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
+
+
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """The reference's SSD schedule, in epochs of `steps_per_epoch` steps."""
+
+    def __init__(
+        self, peak: float, steps_per_epoch: int, warmup: float, cos_begin: float, cos_end: float
+    ) -> None:
+        self.peak, self.steps_per_epoch = peak, steps_per_epoch
+        self.warmup, self.cos_begin, self.cos_end = warmup, cos_begin, cos_end
+
+    def __call__(self, step: Any) -> tf.Tensor:
+        epoch = tf.cast(step, tf.float32) / self.steps_per_epoch
+        warm = tf.minimum(1.0, epoch / self.warmup) if self.warmup > 0 else tf.constant(1.0)
+        progress = (epoch - self.cos_begin) / (self.cos_end - self.cos_begin)
+        cosine = 0.5 * (1.0 + tf.cos(math.pi * tf.clip_by_value(progress, 0.0, 1.0))) + 0.01
+        mul = tf.where(epoch < self.cos_begin, warm * 1.01, cosine)
+        return self.peak * mul
+
+    def get_config(self) -> dict[str, Any]:
+        return vars(self).copy()
+
+
+def _shards(prepared: Path, split: str) -> list[Path]:
+    files = sorted(prepared.glob(f"{split}-*.tfrecord"))
+    if not files:
+        raise DataError(f"{prepared}: no {split}-*.tfrecord shards (run prepare)")
+    return files
+
+
+def _categories(prepared: Path) -> list[dict[str, Any]]:
+    """COCO categories of the prepared set (id, name), sorted by id: label k is the k-th."""
+    meta = read_json(prepared / "dataset.json")
+    return sorted(meta["categories"], key=lambda c: c["id"])
+
+
+def _build(architecture: dict[str, Any]) -> keras.Model:
+    """The model from the architecture facts the train stage records (its stage.json)."""
+    return ssd_resnet34.build_ssd300(
+        num_classes=architecture["classes"] + 1, width=architecture["width"]
+    )
+
+
+def _epoch_batches(
+    files: list[Path], ids: list[int], anchors: tf.Tensor, seed: int, epoch: int, shard: InputShard
+) -> tf.data.Dataset:
+    """One epoch's batches of this worker's shard; a new shuffle order per epoch."""
+    return train_dataset(
+        files,
+        ids,
+        anchors,
+        shard.batch_size,
+        seed=seed * 1000 + epoch,
+        num_workers=shard.num_workers,
+        index=shard.index,
+    )
+
+
+def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    categories = _categories(prepared)
+    ids = [c["id"] for c in categories]
+    train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
+    files = _shards(prepared, "train")
+    model_cfg = cfg.get("model", {})
+    architecture = {"classes": len(ids), "width": model_cfg.get("width", 64)}
+    backbone = model_cfg.get("backbone_checkpoint")
+
+    def make_job(train_cfg: TrainConfig, device: TFDevice) -> TFTrainJob:
+        batch = train_cfg.batch_size
+        # as the reference: ceil(images / global batch)
+        steps = train_cfg.steps_per_epoch or math.ceil(train_images / batch)
+        model = _build(architecture)
+        if backbone:
+            ssd_resnet34.load_backbone(model, Path(backbone))
+        schedule = WarmupCosine(
+            train_cfg.lr * batch / 32,
+            steps,
+            train_cfg.warmup_epochs,
+            model_cfg.get("cosine_begin", 15.0),
+            model_cfg.get("cosine_end", 55.0),
+        )
+        l2_vars = ssd_resnet34.l2_variables(model)
+        anchors = tf.constant(default_boxes(), tf.float32)
+
+        def loss_fn(outputs: Any, targets: Any) -> tf.Tensor:
+            return ssd_loss(outputs[0], outputs[1], *targets)["total"]
+
+        return TFTrainJob(
+            model=model,
+            optimizer=keras.optimizers.SGD(schedule, momentum=train_cfg.momentum),
+            loss_fn=loss_fn,
+            dataset=functools.partial(_epoch_batches, files, ids, anchors, train_cfg.seed),
+            steps_per_epoch=steps,
+            batch_size=batch,
+            variables=ssd_resnet34.trainable_variables(model),
+            regularization=lambda: train_cfg.weight_decay * l2_loss(l2_vars),
+            facts={
+                "architecture": architecture,
+                "train_images": train_images,
+                "backbone_checkpoint": backbone,
+            },
+        )
+
+    return tf_trainer.run_training(cfg, work_dir, make_job)
+
+
+def evaluate(
+    prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path
+) -> dict[str, Any]:
+    """COCO box AP of the trained model on the validation images (pycocotools COCOeval).
+
+    Writes metrics.json, per_category_ap.csv and detections.json (COCO results format).
+    """
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    categories = _categories(prepared)
+    ids = [c["id"] for c in categories]
+    ev = cfg["evaluate"]
+    architecture = read_json(model_dir / "stage.json")["architecture"]
+    if architecture["classes"] != len(ids):
+        raise DataError(
+            f"{model_dir}: trained on {architecture['classes']} categories, "
+            f"{prepared / 'dataset.json'} has {len(ids)}"
+        )
+    model, _ = tf_trainer.load_for_eval(model_dir, cfg, functools.partial(_build, architecture))
+    detections: list[dict[str, Any]] = []
+    for batch in eval_dataset(_shards(prepared, "val"), ids, ev["batch_size"]):
+        cls_logits, boxes = model(batch["image"], training=False)
+        detections += decode_detections(
+            cls_logits.numpy(),
+            boxes.numpy(),
+            batch["source_id"].numpy(),
+            batch["size"].numpy(),
+            ids,
+            score_threshold=ev["score_threshold"],
+            nms_iou=ev["nms_iou"],
+            max_detections=ev["max_detections"],
+        )
+    write_json(out_dir / "detections.json", detections)
+    truth = COCO(str(prepared / "instances_val2017.json"))
+    stats, per_category = _coco_eval(truth, detections, COCO, COCOeval)
+    metrics = {
+        **{k: round(float(v), 6) for k, v in zip(_COCO_STATS, stats, strict=False)},
+        "detections": len(detections),
+        "images": len(truth.getImgIds()),
+        "note": "COCO box AP (pycocotools COCOeval, maxDets 100), fractions 0..1",
+    }
+    write_json(out_dir / "metrics.json", metrics)
+    with (out_dir / "per_category_ap.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["category_id", "name", "AP"])
+        for c in categories:
+            writer.writerow([c["id"], c["name"], per_category.get(c["id"], "")])
+    log.info("COCO AP %.4f, AP50 %.4f", metrics["AP"], metrics["AP50"])
+    return metrics
+
+
+def _coco_eval(truth: Any, detections: list[dict[str, Any]], coco_cls: Any, eval_cls: Any):
+    """COCOeval's 12 stats and the AP per category (area all, 100 detections)."""
+    if not detections:  # loadRes refuses an empty list: nothing detected scores 0
+        return [0.0] * len(_COCO_STATS), {}
+    result = truth.loadRes(json.loads(json.dumps(detections)))
+    coco_eval = eval_cls(truth, result, iouType="bbox")
+    coco_eval.evaluate()
+    coco_eval.accumulate()
+    coco_eval.summarize()
+    precision = coco_eval.eval["precision"]  # [iou thresholds, recall, category, area, maxDets]
+    per_category = {}
+    for k, cat_id in enumerate(coco_eval.params.catIds):
+        p = precision[:, :, k, 0, -1]
+        valid = p[p > -1]
+        per_category[cat_id] = round(float(np.mean(valid)), 6) if valid.size else ""
+    return [max(0.0, s) for s in coco_eval.stats[: len(_COCO_STATS)]], per_category
