@@ -1,0 +1,262 @@
+"""Tests for the ADE20K TFRecord preparation (ade20k.prepare, ade20k_tfrecord): records parsed
+back with tf.data hold the files' bytes; every bad input is one line naming the files and
+leaves an earlier prepared folder untouched."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from accelpipe.datasets import ade20k, ade20k_tfrecord
+from accelpipe.datasets.ade20k_synthetic import synthesize
+from accelpipe.errors import DataError
+
+pytestmark = pytest.mark.tensorflow
+
+FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature((), tf.string),
+    "image/format": tf.io.FixedLenFeature((), tf.string),
+    "image/filename": tf.io.FixedLenFeature((), tf.string),
+    "image/height": tf.io.FixedLenFeature((), tf.int64),
+    "image/width": tf.io.FixedLenFeature((), tf.int64),
+    "label/encoded": tf.io.FixedLenFeature((), tf.string),
+    "label/format": tf.io.FixedLenFeature((), tf.string),
+}
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return synthesize(tmp_path_factory.mktemp("ade") / "raw", 7, 4, (40, 30), seed=5)
+
+
+@pytest.fixture(scope="module")
+def prepared(raw: Path) -> Path:
+    cfg = {"prepare": {"train_shards": 3, "val_shards": 2}}
+    return ade20k.prepare_variant("tfrecord", raw, raw.parent / "prepared", cfg, workers=2)
+
+
+def _shards(prepared: Path, split: str) -> list[Path]:
+    return sorted(prepared.glob(f"{split}-*.tfrecord"))
+
+
+def _parse(paths: list[Path]) -> list[dict]:
+    return [
+        {k: v.numpy() for k, v in tf.io.parse_single_example(r, FEATURES).items()}
+        for r in tf.data.TFRecordDataset([str(p) for p in paths])
+    ]
+
+
+def _names(raw: Path, split: str) -> list[str]:
+    return sorted(p.name for p in ade20k.image_dir(raw, split).iterdir())
+
+
+def test_layout_and_dataset_json(prepared: Path) -> None:
+    assert sorted(p.name for p in prepared.iterdir()) == [
+        "dataset.json",
+        "train-00000-of-00003.tfrecord",
+        "train-00001-of-00003.tfrecord",
+        "train-00002-of-00003.tfrecord",
+        "val-00000-of-00002.tfrecord",
+        "val-00001-of-00002.tfrecord",
+    ]
+    meta = json.loads((prepared / "dataset.json").read_text())
+    assert meta == {
+        "format": ade20k.FORMAT,
+        "features": ade20k_tfrecord.FEATURES,
+        "splits": {"train": {"images": 7, "shards": 3}, "val": {"images": 4, "shards": 2}},
+        "num_classes": 150,
+        "ignore_index": 255,
+        "label_convention": ade20k.LABEL_CONVENTION,
+        "classes": list(ade20k.CLASS_NAMES),
+    }
+    assert sorted(meta["features"]) == sorted(FEATURES)
+    assert meta["classes"][0] == "wall" and meta["classes"][149] == "flag"
+    assert "0 -> ignore_index 255 and k -> k - 1" in meta["label_convention"]
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_records_hold_the_files_bytes(raw: Path, prepared: Path, split: str) -> None:
+    shards = _shards(prepared, split)
+    names = _names(raw, split)
+    for index, shard in enumerate(shards):  # round robin over the sorted names
+        assert [r["image/filename"].decode() for r in _parse([shard])] == names[
+            index :: len(shards)
+        ]
+    for rec in _parse(shards):
+        jpg = ade20k.image_dir(raw, split) / rec["image/filename"].decode()
+        png = ade20k.annotation_dir(raw, split) / f"{jpg.stem}.png"
+        assert rec["image/encoded"] == jpg.read_bytes()  # not re-encoded
+        assert rec["label/encoded"] == png.read_bytes()
+        assert (rec["image/format"], rec["label/format"]) == (b"jpeg", b"png")
+        with Image.open(jpg) as image:
+            assert (rec["image/width"], rec["image/height"]) == image.size
+
+
+def test_parallel_workers_write_identical_records(
+    raw: Path, prepared: Path, tmp_path: Path
+) -> None:
+    serial = ade20k.prepare(raw, tmp_path / "serial", train_shards=3, val_shards=2, workers=1)
+    for path in prepared.iterdir():
+        assert (serial / path.name).read_bytes() == path.read_bytes()
+
+
+def test_default_shard_counts(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(ade20k, "write_shards", lambda *args: calls.append(args[1:4:2]))
+    ade20k.prepare_variant("tfrecord", raw, tmp_path / "out", {}, workers=1)
+    assert calls == [("train", 64), ("val", 8)]
+
+
+def test_unknown_variant(raw: Path, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="ade20k has no prepared variant 'index'"):
+        ade20k.prepare_variant("index", raw, tmp_path / "out", {}, workers=1)
+
+
+def test_png_header() -> None:
+    grey = _png_bytes(np.zeros((3, 5), np.uint8))
+    assert ade20k_tfrecord.png_header(grey) == (5, 3, 8, 0)
+    rgb = _png_bytes(np.zeros((3, 5, 3), np.uint8))
+    assert ade20k_tfrecord.png_header(rgb) == (5, 3, 8, 2)
+    assert ade20k_tfrecord.png_header(b"\xff\xd8" + grey[2:]) is None
+    assert ade20k_tfrecord.png_header(grey[:20]) is None
+
+
+def _png_bytes(pixels: np.ndarray, mode: str | None = None) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels, mode).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture
+def copy(raw: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(raw, tmp_path / "raw"))
+
+
+def _files(raw: Path, split: str, index: int) -> tuple[Path, Path]:
+    stem = ade20k.file_stem(split, index)
+    return (
+        ade20k.image_dir(raw, split) / f"{stem}.jpg",
+        ade20k.annotation_dir(raw, split) / f"{stem}.png",
+    )
+
+
+def _prepare_fails(raw: Path, out: Path, workers: int = 1) -> str:
+    """The one-line message; the earlier `out` and its folder are untouched."""
+    out.mkdir()
+    (out / "earlier.txt").write_text("kept")
+    with pytest.raises(DataError) as err:
+        ade20k.prepare(raw, out, train_shards=2, val_shards=2, workers=workers)
+    assert "\n" not in str(err.value)
+    assert [p.name for p in out.iterdir()] == ["earlier.txt"]
+    assert (out / "earlier.txt").read_text() == "kept"
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []
+    return str(err.value)
+
+
+@pytest.fixture
+def no_shards(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Records every write_shards call (none may happen before a pairing error)."""
+    calls: list = []
+    monkeypatch.setattr(ade20k, "write_shards", lambda *args: calls.append(args))
+    return calls
+
+
+def test_image_without_annotation_names_both(copy: Path, tmp_path: Path, no_shards) -> None:
+    jpg, png = _files(copy, "val", 3)
+    png.unlink()
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{jpg}: image without its annotation {png}"
+    assert no_shards == []
+
+
+def test_annotation_without_image_names_both(copy: Path, tmp_path: Path, no_shards) -> None:
+    jpg, png = _files(copy, "train", 2)
+    jpg.unlink()
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{png}: annotation without its image {jpg}"
+    assert no_shards == []
+
+
+def test_several_images_without_annotation_are_counted(copy: Path, tmp_path: Path) -> None:
+    for index in (2, 5, 6):
+        _files(copy, "train", index)[1].unlink()
+    jpg, png = _files(copy, "train", 2)
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{jpg}: image without its annotation {png} (2 more like it)"
+
+
+def test_annotation_of_another_size_names_both(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "train", 4)
+    with Image.open(jpg) as image:
+        width, height = image.size
+    Image.fromarray(np.ones((height, width + 3), np.uint8)).save(png)
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == (
+        f"{jpg} and {png}: the JPEG is {width}x{height}, the annotation PNG {width + 3}x{height}"
+    )
+
+
+def test_value_above_150_names_the_file_and_value(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "val", 2)
+    label = np.array(Image.open(png))
+    label[3, 4] = 151
+    Image.fromarray(label).save(png)
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{png} (annotation of {jpg}): value 151 is above the 150 classes"
+
+
+NOT_8_BIT_GREY = {
+    "8-bit colour type 2": lambda label: Image.fromarray(np.stack([label] * 3, axis=-1)),
+    "16-bit colour type 0": lambda label: Image.fromarray(label.astype(np.uint16)),
+    "8-bit colour type 3": lambda label: Image.fromarray(label).convert("P"),
+    "8-bit colour type 4": lambda label: Image.fromarray(np.stack([label] * 2, axis=-1), "LA"),
+}
+
+
+@pytest.mark.parametrize("header", sorted(NOT_8_BIT_GREY))
+def test_png_that_is_not_8_bit_grey_is_named(copy: Path, tmp_path: Path, header: str) -> None:
+    jpg, png = _files(copy, "train", 1)
+    NOT_8_BIT_GREY[header](np.array(Image.open(png))).save(png, format="PNG")
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{png} (annotation of {jpg}): PNG is {header}, not 8-bit single-channel"
+
+
+def test_one_bit_png_is_named(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "train", 1)
+    Image.open(png).convert("1").save(png)
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{png} (annotation of {jpg}): PNG is 1-bit colour type 0, not 8-bit " + (
+        "single-channel"
+    )
+
+
+def test_annotation_that_is_not_a_png(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "val", 1)
+    shutil.copyfile(jpg, png)
+    assert _prepare_fails(copy, tmp_path / "out") == f"{png} (annotation of {jpg}): not a PNG file"
+
+
+def test_truncated_png_is_unreadable(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "val", 4)
+    data = png.read_bytes()
+    png.write_bytes(data[: len(data) // 2])
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message.startswith(f"{png} (annotation of {jpg}): unreadable PNG (")
+
+
+def test_corrupt_jpeg_names_the_file(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "train", 6)
+    data = jpg.read_bytes()
+    jpg.write_bytes(data[: len(data) // 2])
+    message = _prepare_fails(copy, tmp_path / "out", workers=2)  # raised in a worker
+    assert message == f"{jpg}: not a complete JPEG file (annotation {png})"

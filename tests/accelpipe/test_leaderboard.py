@@ -1,0 +1,62 @@
+"""results/<workload>/grid: ranking published runs by their metric."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from accelpipe.errors import DataError
+from accelpipe.leaderboard import rank_runs
+
+KEYS = ["model.decoder", "train.lr"]
+
+
+def _run(root: Path, name: str, miou: float, decoder: str, lr: float, rates: list[float]) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"mIoU": miou, "pixel_accuracy": 0.5}))
+    block = {"model": {"decoder": decoder, "encoder": "tiny"}, "train": {"lr": lr}}
+    provenance = {"config": {"segmenter": block}, "stages": {"train": {"seconds": 12.5}}}
+    (run / "provenance.json").write_text(json.dumps(provenance))
+    with (run / "train_log.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms"])
+        for step, rate in enumerate(rates):
+            writer.writerow([0, step, 1.0, lr, rate, 1.0, 10.0])
+    return run
+
+
+def test_runs_are_ranked_by_the_metric_with_their_settings(tmp_path: Path) -> None:
+    runs = [
+        _run(tmp_path, "decoder-linear_lr-0p1", 0.25, "linear", 0.1, [1.0, 40.0, 50.0, 60.0]),
+        _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, [2.0, 30.0, 30.0]),
+    ]
+    out = tmp_path / "grid"
+    rows = rank_runs(runs, "segmenter", "mIoU", KEYS, out)
+    assert [r["run"] for r in rows] == ["decoder-mask_lr-0p1", "decoder-linear_lr-0p1"]
+    # the first logged step (graph tracing) is left out of the median
+    assert rows[0]["samples_per_s"] == 30.0 and rows[1]["samples_per_s"] == 50.0
+    with (out / "grid.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert table[0] == {
+        "rank": "1",
+        "run": "decoder-mask_lr-0p1",
+        "mIoU": "0.5",
+        "model.decoder": "mask",
+        "train.lr": "0.1",
+        "samples_per_s": "30.0",
+        "train_seconds": "12.5",
+    }
+    assert json.loads((out / "grid.json").read_text())["runs"][1]["rank"] == 2
+    assert (out / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_without_the_metric_is_named_and_nothing_is_written(tmp_path: Path) -> None:
+    run = _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, [1.0])
+    (run / "metrics.json").write_text(json.dumps({"AP": 0.3}))
+    with pytest.raises(DataError, match=r"decoder-mask_lr-0p1/metrics.json: no 'mIoU'"):
+        rank_runs([run], "segmenter", "mIoU", KEYS, tmp_path / "grid")
+    assert not (tmp_path / "grid").exists()

@@ -1,0 +1,172 @@
+"""End-to-end: the ViT Segmenter on synthetic ADE20K through the real snakemake workflow,
+its named runs, its hyperparameter grid and a two-worker run (TensorFlow 2.21 here)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.workflow.project import REPO, Project, make_project
+
+pytestmark = pytest.mark.e2e
+
+RUNS = ("results/segmenter/bf16", "results/segmenter/fp32")
+GRID = "results/segmenter/grid"
+GRID_RUNS = ("decoder-linear", "decoder-mask")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    proj = make_project(tmp_path_factory.mktemp("segmenter"))
+    proj.snakemake(*RUNS, GRID)
+    return proj
+
+
+@pytest.mark.parametrize(("target", "precision"), [(RUNS[0], "bf16"), (RUNS[1], "fp32")])
+def test_named_runs_publish_complete_folders(project: Project, target: str, precision: str) -> None:
+    result = project.root / target
+    names = {p.name for p in result.iterdir()}
+    assert {
+        "model.weights.h5",
+        "metrics.json",
+        "per_class_iou.csv",
+        "train_log.csv",
+        "trace_summary.json",
+        "step_breakdown.png",
+        "provenance.json",
+    } <= names
+    assert len([n for n in names if n.startswith("prediction_")]) == 2  # prediction_images
+    metrics = json.loads((result / "metrics.json").read_text())
+    assert metrics["images"] == 4
+    for key in ("mIoU", "mean_accuracy", "pixel_accuracy"):
+        assert 0 <= metrics[key] <= 1
+    stage = json.loads(
+        (project.root / target.replace("results", "work") / "train/stage.json").read_text()
+    )
+    assert (stage["precision"], stage["steps"], stage["global_batch"]) == (precision, 6, 4)
+    assert stage["architecture"]["encoder"] == "tiny"
+    assert stage["architecture"]["classes"] == 150 and stage["architecture"]["image_size"] == 32
+    provenance = json.loads((result / "provenance.json").read_text())
+    assert provenance["config"]["segmenter"]["train"]["precision"] == precision
+    assert "torch" not in provenance["packages"]
+
+
+def test_per_class_table_agrees_with_the_metrics(project: Project) -> None:
+    """mIoU is the mean IoU over classes with a union (mmseg's nanmean), from the CSV."""
+    result = project.root / RUNS[1]
+    with (result / "per_class_iou.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["class"]) for r in rows] == list(range(150))
+    assert rows[0]["name"] == "wall" and rows[149]["name"] == "flag"
+    scored = [float(r["IoU"]) for r in rows if r["IoU"] != ""]
+    metrics = json.loads((result / "metrics.json").read_text())
+    assert metrics["classes_scored"] == len(scored)
+    assert metrics["mIoU"] == pytest.approx(sum(scored) / len(scored), abs=1e-5)
+    labelled = sum(int(r["label_pixels"]) for r in rows)
+    predicted = sum(int(r["predicted_pixels"]) for r in rows)
+    assert labelled == predicted > 0  # every labelled pixel got one prediction
+
+
+def test_trace_summary_has_the_tensorflow_sections(project: Project) -> None:
+    summary = json.loads((project.root / RUNS[1] / "trace_summary.json").read_text())
+    assert {"step", "forward", "loss", "backward", "optimizer_step"} <= set(summary["sections"])
+    assert summary["steps"]["count"] == 2
+
+
+def test_grid_ranks_every_grid_run_with_its_own_numbers(project: Project) -> None:
+    with (project.root / GRID / "grid.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["run"] for r in rows) == sorted(GRID_RUNS)
+    assert [int(r["rank"]) for r in rows] == [1, 2]
+    values = [float(r["mIoU"]) for r in rows]
+    assert values == sorted(values, reverse=True)
+    for row in rows:
+        run = project.root / "results/segmenter" / row["run"]
+        assert float(row["mIoU"]) == json.loads((run / "metrics.json").read_text())["mIoU"]
+        assert row["model.decoder"] == row["run"].removeprefix("decoder-")
+        stage = json.loads(
+            (project.root / f"work/segmenter/{row['run']}/train/stage.json").read_text()
+        )
+        assert stage["architecture"]["decoder"] == row["model.decoder"]
+        assert float(row["samples_per_s"]) > 0 and float(row["train_seconds"]) > 0
+    assert (project.root / GRID / "grid.png").stat().st_size > 0
+
+
+def test_grid_changes_re_run_only_what_they_change(project: Project) -> None:
+    assert project.planned_jobs(*RUNS, GRID) == {}
+    reordered = {"grid": {"model.decoder": ["linear", "mask"]}}
+    assert project.planned_jobs(GRID, "--config", "segmenter=" + json.dumps(reordered)) == {}
+    fewer = {"grid": {"model.decoder": ["linear"]}}
+    assert project.planned_jobs(GRID, "--config", "segmenter=" + json.dumps(fewer)) == {"grid": 1}
+
+
+def test_two_worker_run_shards_the_data(project: Project) -> None:
+    project.snakemake("work/segmenter/ddp/train")
+    stage = json.loads((project.root / "work/segmenter/ddp/train/stage.json").read_text())
+    assert (stage["world_size"], stage["global_batch"], stage["steps"]) == (2, 4, 6)
+    with (project.root / "work/segmenter/ddp/train/train_log.csv").open() as f:
+        losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 6 and all(math.isfinite(v) and v > 0 for v in losses)
+
+
+def test_pretrained_encoder_npz_is_checked_and_loaded(project: Project, tmp_path: Path) -> None:
+    """An npz in the ViT layout, given by path with its sha256, lands in the encoder."""
+    from accelpipe.engines.keras2 import keras
+    from accelpipe.models import segmenter, vit_npz
+
+    keras.utils.set_random_seed(3)
+    source = segmenter.build_segmenter(150, 32, encoder="tiny", decoder="mask")
+    npz = tmp_path / "ViT-tiny_test.npz"
+    vit_npz.save_npz(source, npz)
+    digest = hashlib.sha256(npz.read_bytes()).hexdigest()
+    override = {"model": {"encoder": "tiny", "image_size": 32}}
+    override["model"] |= {"pretrained": f"path:{npz}", "pretrained_sha256": digest}
+    project.snakemake("work/segmenter/fp32/train", "--config", "segmenter=" + json.dumps(override))
+    stage = json.loads((project.root / "work/segmenter/fp32/train/stage.json").read_text())
+    assert stage["pretrained"]["sha256"] == digest
+
+    wrong = override | {"model": override["model"] | {"pretrained_sha256": "0" * 64}}
+    published = project.root / RUNS[1] / "metrics.json"
+    before = published.read_bytes()
+    failed = project.snakemake(RUNS[1], "--config", "segmenter=" + json.dumps(wrong), check=False)
+    assert failed.returncode != 0
+    assert f"{npz}: sha256" in failed.stdout + failed.stderr
+    assert published.read_bytes() == before  # the published run is left as it was
+
+
+@pytest.mark.slow
+def test_shipped_config_learns_the_classes(tmp_path: Path) -> None:
+    """The embedded default config: mIoU on the synthetic validation images far above an
+    untrained model of the same architecture."""
+    shipped = yaml.safe_load((REPO / "config.yaml").read_text())
+    (tmp_path / "project").mkdir()
+    project = make_project(tmp_path / "project", shipped)
+    project.snakemake("results/segmenter/fp32")
+    trained = json.loads((project.root / "results/segmenter/fp32/metrics.json").read_text())
+    untrained = _untrained_metrics(project, tmp_path / "untrained")
+    assert trained["mIoU"] > max(0.3, 3 * untrained["mIoU"]), (trained, untrained)
+
+
+def _untrained_metrics(project: Project, out: Path) -> dict:
+    from accelpipe import stage_config
+    from accelpipe.config import validate
+    from accelpipe.engines.keras2 import keras
+    from accelpipe.workloads import segmenter
+
+    work = project.root / "work/segmenter/fp32/train"
+    stage = json.loads((work / "stage.json").read_text())
+    model_dir = out / "model"
+    model_dir.mkdir(parents=True)
+    keras.utils.set_random_seed(1)
+    segmenter._build(stage["architecture"]).save_weights(str(model_dir / "model.weights.h5"))
+    (model_dir / "stage.json").write_text(json.dumps({"architecture": stage["architecture"]}))
+    config = validate(yaml.safe_load((project.root / "config.yaml").read_text()))
+    cfg = stage_config.evaluate(config, "segmenter", "fp32")
+    prepared = project.root / "data/prepared/ade20k/tfrecord"
+    return segmenter.evaluate(prepared, "untrained", cfg, model_dir, out)

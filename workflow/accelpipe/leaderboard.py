@@ -1,0 +1,88 @@
+"""results/<workload>/grid: the finished runs of a hyperparameter grid ranked by the
+workload's quality metric, with their settings, throughput and time to train.
+
+Everything comes from the published run folders (metrics.json, train_log.csv,
+provenance.json), so the table always agrees with the runs it ranks.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from accelpipe.errors import DataError
+from accelpipe.grid import split_key
+from accelpipe.io import atomic_path, read_json, write_json
+
+
+def _median_throughput(train_log: Path) -> float | None:
+    """Median samples/s over the logged steps after the first (which includes tracing)."""
+    with train_log.open(newline="") as f:
+        rates = [float(r["samples_per_s"]) for r in csv.DictReader(f) if r["samples_per_s"]]
+    rates = rates[1:] or rates
+    return round(statistics.median(rates), 3) if rates else None
+
+
+def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str, Any]:
+    metrics = read_json(run_dir / "metrics.json")
+    if metric not in metrics:
+        raise DataError(f"{run_dir / 'metrics.json'}: no {metric!r}")
+    provenance = read_json(run_dir / "provenance.json")
+    block = provenance["config"][workload]
+    settings = {}
+    for key in keys:
+        section, name = split_key(key)
+        settings[key] = block[section].get(name)
+    return {
+        "run": run_dir.name,
+        metric: metrics[metric],
+        **settings,
+        "samples_per_s": _median_throughput(run_dir / "train_log.csv"),
+        "train_seconds": provenance["stages"]["train"]["seconds"],
+    }
+
+
+def rank_runs(
+    run_dirs: list[Path], workload: str, metric: str, keys: list[str], out: Path
+) -> list[dict[str, Any]]:
+    """Write grid.csv, grid.json and grid.png into `out` (atomic); return the ranked rows
+    (best first; ties keep run-name order)."""
+    rows = sorted(
+        (_row(d, workload, metric, keys) for d in sorted(run_dirs)),
+        key=lambda r: -r[metric] if not math.isnan(r[metric]) else math.inf,
+    )
+    for rank, row in enumerate(rows, 1):
+        row["rank"] = rank
+    columns = ["rank", "run", metric, *keys, "samples_per_s", "train_seconds"]
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        with (tmp / "grid.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        write_json(tmp / "grid.json", {"metric": metric, "keys": keys, "runs": rows})
+        _plot(rows, metric, tmp / "grid.png")
+    return rows
+
+
+def _plot(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
+    """Metric per run (best at the top) beside its throughput."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["run"] for r in rows][::-1]
+    height = 1.2 + 0.35 * len(rows)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
+    left.barh(names, [r[metric] for r in rows][::-1], color="tab:blue")
+    left.set_xlabel(metric)
+    right.barh(names, [r["samples_per_s"] or 0 for r in rows][::-1], color="tab:gray")
+    right.set_xlabel("samples/s (median)")
+    fig.suptitle(f"grid: {len(rows)} runs ranked by {metric}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
