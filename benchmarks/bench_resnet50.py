@@ -48,10 +48,11 @@ from typing import Any
 import torch
 import yaml
 
-from accelpipe import devices, optim
+from accelpipe import optim
 from accelpipe.config import ProfileConfig, TrainConfig, validate, view
 from accelpipe.datasets import imagenet
 from accelpipe.datasets.imagefolder import IndexedImages, TrainTransform, make_loader
+from accelpipe.devices import torch_device
 from accelpipe.models.resnet50 import ResNet
 from accelpipe.workloads.resnet50 import build_model
 from benchmarks.step_harness import (
@@ -72,7 +73,7 @@ FULL_JPEG_SIZE = [500, 375]
 
 
 def make_batches(
-    n: int, batch: int, size: int, classes: int, device: devices.Device, seed: int
+    n: int, batch: int, size: int, classes: int, device: torch_device.Device, seed: int
 ) -> list[Batch]:
     """`n` distinct normalized-image batches (NCHW, as the loader gives) on the device."""
     gen = torch.Generator().manual_seed(seed)
@@ -92,7 +93,7 @@ class Minimal:
         model_cfg: dict[str, Any],
         classes: int,
         train_cfg: TrainConfig,
-        device: devices.Device,
+        device: torch_device.Device,
         batches: list[Batch],
     ) -> None:
         torch.manual_seed(train_cfg.seed)
@@ -140,7 +141,7 @@ def measure_steps(
     model_cfg: dict[str, Any],
     classes: int,
     train_cfg: TrainConfig,
-    device: devices.Device,
+    device: torch_device.Device,
     profile: ProfileConfig,
     args: argparse.Namespace,
     tmp: Path,
@@ -195,7 +196,7 @@ def _passes(loader: torch.utils.data.DataLoader) -> Iterator[Batch]:
 
 
 def measure_loader(
-    prepared: Path, size: int, train_cfg: TrainConfig, device: devices.Device, batches: int
+    prepared: Path, size: int, train_cfg: TrainConfig, device: torch_device.Device, batches: int
 ) -> dict[str, Any]:
     dataset = IndexedImages(prepared, "train", TrainTransform(size=size))
     loader = make_loader(
@@ -267,7 +268,7 @@ def main() -> None:
     synth["train_per_class"] = max(synth["train_per_class"], need)
     # One epoch of `steps`: the schedule's warmup and decay span what the bench runs.
     train_cfg = dataclasses.replace(view(TrainConfig, train), epochs=1, steps_per_epoch=args.steps)
-    device = devices.resolve(args.device, train_cfg.precision, train_cfg.channels_last)
+    device = torch_device.resolve(args.device, train_cfg.precision, train_cfg.channels_last)
     profile = ProfileConfig.from_slice(block.get("profile", {}))
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

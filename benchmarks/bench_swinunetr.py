@@ -45,9 +45,9 @@ import yaml
 from monai.losses import DiceCELoss
 from monai.networks.nets import SwinUNETR
 
-from accelpipe import devices
 from accelpipe.config import ProfileConfig, TrainConfig, run_train, validate, view
 from accelpipe.datasets import nsclc, volumes
+from accelpipe.devices import torch_device
 from accelpipe.models.swinunetr import build_model
 from accelpipe.workloads.swinunetr import AUTO_PRECISION
 from benchmarks.step_harness import (
@@ -108,7 +108,7 @@ class Minimal:
 def measure_steps(
     block: dict[str, Any], train_cfg: TrainConfig, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
-    device = devices.resolve("cpu", train_cfg.precision, False, auto=AUTO_PRECISION)
+    device = torch_device.resolve("cpu", train_cfg.precision, False, auto=AUTO_PRECISION)
     crops = train_cfg.batch_size * block["train"]["num_samples"]
     batches = make_batches(args.distinct_batches, crops, block["model"]["roi"], seed=0)
     profile = ProfileConfig.from_slice(block.get("profile", {}))

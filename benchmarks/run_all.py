@@ -16,6 +16,9 @@ BENCHMARKS = (
     "bench_dag.py",
     "bench_swinunetr.py",
     "bench_resnet50.py",
+    "bench_tfrecord.py",
+    "bench_ssd_input.py",
+    "bench_ssd_step.py",
 )
 
 

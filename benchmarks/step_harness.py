@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from accelpipe import devices
 from accelpipe.config import ProfileConfig, TrainConfig
+from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import LOG_FIELDS, Trainer, TrainJob
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -27,7 +27,7 @@ class TrainerSteps:
         model: torch.nn.Module,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         train_cfg: TrainConfig,
-        device: devices.Device,
+        device: torch_device.Device,
         batches: list[Batch],
         work_dir: Path,
         profile: ProfileConfig,
@@ -59,7 +59,7 @@ class TrainerSteps:
         self.sink.close()
 
 
-def timed(fn: Callable[[], None], device: devices.Device) -> tuple[float, float]:
+def timed(fn: Callable[[], None], device: torch_device.Device) -> tuple[float, float]:
     """(wall, process CPU) seconds of `fn()`; device work finished on both clocks. CPU time is
     less hit by other jobs' load."""
     sync = torch.cuda.synchronize if device.torch_device.type == "cuda" else (lambda: None)
@@ -80,7 +80,7 @@ def alternate(
     rounds: int,
     steps: int,
     warmup_steps: int,
-    device: devices.Device,
+    device: torch_device.Device,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per-step (wall, CPU) seconds of each variant per round, order flipped every round
     (A B B A A B ...): each round's timings are seconds apart and share that moment's load."""

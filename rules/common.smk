@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe import containers, provenance, targets
+from accelpipe import containers, provenance, registry, stage_config, targets
 from accelpipe.codegraph import stage_code
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
@@ -31,15 +31,23 @@ _git_state = json.dumps(provenance.git_state(Path(workflow.basedir)))
 os.environ[provenance.GIT_STATE_ENV] = _git_state
 os.environ[f"APPTAINERENV_{provenance.GIT_STATE_ENV}"] = _git_state
 RUNTIME = config["runtime"]
-# The backend's image, tagged by the hash of its Dockerfile and the package sources.
-IMAGE = containers.image_ref(
-    containers.spec_for(config["backend"]), config["containers"]["registry"]
+# One image per framework for the backend (<backend>-pytorch, <backend>-tensorflow), each
+# tagged by the hash of its Dockerfile, requirements and the code its stages run. Only the
+# container runtimes need them.
+IMAGES = (
+    {
+        framework: containers.image_ref(
+            containers.spec_for(config["backend"], framework),
+            config["containers"]["registry"],
+        )
+        for framework in registry.FRAMEWORKS
+    }
+    if RUNTIME in ("docker", "apptainer")
+    else {}
 )
-IMAGE_MARKER = f"work/images/{containers.image_slug(IMAGE)}.json"
-# The container directive: with --sdm apptainer (runtime apptainer) Snakemake runs every
-# rule in the image; for both container runtimes the URI is Snakemake's software-env
-# rerun trigger, so a rebuilt image re-runs what ran in the old one.
-CONTAINER = f"docker://{IMAGE}" if RUNTIME in ("docker", "apptainer") else None
+IMAGE_MARKERS = {
+    f: f"work/images/{containers.image_slug(ref)}.json" for f, ref in IMAGES.items()
+}
 
 
 # The rules run `accelpipe` from PATH. Put the directory of the Python running Snakemake
@@ -61,7 +69,7 @@ wildcard_constraints:
     workload="[a-z0-9]+",
     dataset="[a-z0-9]+",
     variant="[a-z0-9]+",
-    run="(?!cv$)[A-Za-z0-9_-]+",
+    run="(?!(cv|grid)$)[A-Za-z0-9_-]+",
 
 
 def host_paths():
@@ -73,8 +81,24 @@ def host_paths():
     return paths
 
 
+def framework(wildcards):
+    """The framework whose image runs the job: its workload's, else its dataset's."""
+    if "workload" in wildcards.keys():
+        return checked(registry.workload, wildcards.workload).framework
+    return checked(registry.dataset, wildcards.dataset).framework
+
+
+def container_image(wildcards):
+    """The container directive: with --sdm apptainer Snakemake runs the rule in this image;
+    for both container runtimes the URI is Snakemake's software-env rerun trigger, so a
+    rebuilt image re-runs what ran in the old one."""
+    if not IMAGES:
+        return None
+    return f"docker://{IMAGES[framework(wildcards)]}"
+
+
 def runtime_config(wildcards):
-    """How `accelpipe` runs a stage: here, or in the backend's image (runtime docker)."""
+    """How `accelpipe` runs a stage: here, or in its framework's image (runtime docker)."""
     runtime = {
         "runtime": "docker" if RUNTIME == "docker" else "local",
         "backend": config["backend"],
@@ -82,7 +106,7 @@ def runtime_config(wildcards):
     }
     if RUNTIME == "docker":
         runtime |= {
-            "image": IMAGE,
+            "image": IMAGES[framework(wildcards)],
             "mounts": host_paths(),
             "env": config["containers"]["env"],
             "docker_host": config["containers"]["docker_host"],
@@ -91,8 +115,19 @@ def runtime_config(wildcards):
 
 
 def image_input(wildcards):
-    """runtime docker: every stage waits for its image to be built (once)."""
-    return [IMAGE_MARKER] if RUNTIME == "docker" else []
+    """runtime docker: a stage waits for its framework's image to be built (once)."""
+    return [IMAGE_MARKERS[framework(wildcards)]] if RUNTIME == "docker" else []
+
+
+def image_framework(wildcards):
+    """build_image: the framework of the image named by the marker's wildcard."""
+    slugs = {containers.image_slug(ref): f for f, ref in IMAGES.items()}
+    if wildcards.image not in slugs:
+        raise WorkflowError(
+            f"invalid target: no image {wildcards.image!r} for backend "
+            f"{config['backend']!r} (have: {', '.join(slugs) or 'none: runtime is local'})"
+        )
+    return slugs[wildcards.image]
 
 
 def checked(check, *args):
@@ -123,11 +158,13 @@ def train_accelerators(wildcards):
 
 
 def train_gpus(wildcards):
-    """Slurm `--gpus` per train job on cuda and rocm (0: no flag). Gaudi clusters name
-    their gres per site: profiles/slurm-gaudi sets it."""
+    """Slurm `--gpus` per train job on cuda and rocm (0: no flag): the job's total, one per
+    process on every node. Gaudi clusters name their gres per site: profiles/slurm-gaudi
+    sets it."""
     if config["backend"] not in ("cuda", "rocm"):
         return 0
-    return run_train(wildcards)["devices"]
+    settings = run_train(wildcards)
+    return settings["devices"] * settings["nodes"]
 
 
 def evaluate_gpus(wildcards):
@@ -135,7 +172,8 @@ def evaluate_gpus(wildcards):
 
 
 def train_nodes(wildcards):
-    """Nodes a train job spans; under Slurm one launcher task (srun + torchrun) per node."""
+    """Nodes a train job spans; under Slurm one job task per node, from which the launch
+    starts its srun step (torchrun per node, or one TensorFlow worker per device)."""
     return run_train(wildcards)["nodes"]
 
 
@@ -177,56 +215,28 @@ def code_for(stage):
 
 
 def raw_config(wildcards):
-    checked(targets.check_dataset, wildcards.dataset)
-    return as_json(config["datasets"][wildcards.dataset])
+    return stage_json(stage_config.raw, wildcards.dataset)
 
 
 def prepare_config(wildcards):
-    workload = checked(targets.variant_owner, wildcards.dataset, wildcards.variant)
-    block = config[workload]
-    slice_ = {"prepare": block.get("prepare", {})}
-    if "folds" in block:
-        slice_["folds"] = block["folds"]
-    return as_json(slice_)
-
-
-def workload_settings(wildcards):
-    """The workload's config block as one run sees it: `train` resolved, `runs` dropped."""
-    block = {k: v for k, v in config[wildcards.workload].items() if k != "runs"}
-    return block | {"train": run_train(wildcards)}
+    return stage_json(stage_config.prepare, wildcards.dataset, wildcards.variant)
 
 
 def train_config(wildcards):
-    block = workload_settings(wildcards)
-    keys = ("model", "train", "profile", "transforms")
-    return as_json(
-        {"backend": config["backend"]} | {k: block[k] for k in keys if k in block}
-    )
+    return stage_json(stage_config.train, wildcards.workload, wildcards.run)
 
 
 def evaluate_config(wildcards):
-    block = workload_settings(wildcards)
-    train = block["train"]
-    precision = {k: train[k] for k in ("precision", "channels_last") if k in train}
-    return as_json(
-        {
-            "backend": config["backend"],
-            "evaluate": block["evaluate"],
-            "train": precision,
-        }
-    )
+    return stage_json(stage_config.evaluate, wildcards.workload, wildcards.run)
 
 
 def publish_config(wildcards):
-    dataset, _ = workload_data(wildcards)
-    return as_json(
-        {
-            "backend": config["backend"],
-            "runtime": config["runtime"],
-            "datasets": {dataset: config["datasets"][dataset]},
-            wildcards.workload: workload_settings(wildcards),
-        }
-    )
+    return stage_json(stage_config.publish, wildcards.workload, wildcards.run)
+
+
+def stage_json(slice_of, *names):
+    """A stage's config slice (accelpipe.stage_config) as the JSON its rule passes."""
+    return as_json(checked(slice_of, config, *names))
 
 
 def raw_dir(wildcards):
@@ -242,3 +252,13 @@ def prepared_dir(wildcards):
 def fold_results(wildcards):
     folds = checked(targets.check_cross_validation, config, wildcards.workload)
     return [f"results/{wildcards.workload}/fold{k}" for k in range(folds)]
+
+
+def grid_results(wildcards):
+    runs = checked(targets.check_grid, config, wildcards.workload)
+    return [f"results/{wildcards.workload}/{run}" for run in runs]
+
+
+def grid_config(wildcards):
+    """The grid's keys (its columns); the runs themselves are the rule's inputs."""
+    return as_json({"keys": sorted(config[wildcards.workload]["grid"])})

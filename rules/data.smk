@@ -8,9 +8,9 @@ rule raw_dataset:
         "logs/raw/{dataset}.log",
     cache: "omit-software"
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     container:
-        CONTAINER
+        container_image
     params:
         runtime=runtime_config,
         cfg=raw_config,
@@ -31,9 +31,9 @@ rule prepare_dataset:
         "logs/prepare/{dataset}_{variant}.log",
     cache: "omit-software"
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     container:
-        CONTAINER
+        container_image
     threads: 4
     params:
         runtime=runtime_config,

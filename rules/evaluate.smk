@@ -9,9 +9,9 @@ rule evaluate:
     log:
         "logs/{workload}/{run}/evaluate.log",
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     container:
-        CONTAINER
+        container_image
     threads: 2
     resources:
         accel=evaluate_accelerators,

@@ -4,10 +4,12 @@ rule build_image:
     log:
         "logs/images/{image}.log",
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     params:
         backend=config["backend"],
+        framework=image_framework,
         options=image_build_options,
     shell:
-        "accelpipe --log {log} images build --backend {params.backend} {params.options}"
+        "accelpipe --log {log} images build --backend {params.backend} --framework {params.framework}"
+        " {params.options}"
         " --out {output}"

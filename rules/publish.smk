@@ -18,14 +18,14 @@ rule publish_run:
     log:
         "logs/{workload}/{run}/publish.log",
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     container:
-        CONTAINER
+        container_image
     params:
         runtime=runtime_config,
         cfg=publish_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} publish --raw {input.raw} --prepared {input.data} --model {input.model}"
+        "accelpipe --log {log} --runtime {params.runtime:q} publish --workload {wildcards.workload} --raw {input.raw} --prepared {input.data} --model {input.model}"
         " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
         " --out {output}"
 
@@ -46,10 +46,37 @@ rule cross_validation:
     log:
         "logs/{workload}/cv.log",
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     container:
-        CONTAINER
+        container_image
     params:
         runtime=runtime_config,
     shell:
         "accelpipe --log {log} --runtime {params.runtime:q} aggregate --runs {input.runs} --out {output}"
+
+
+rule grid:
+    input:
+        image=image_input,
+        runs=grid_results,
+        code=code_for("grid"),
+    output:
+        report(
+            directory("results/{workload}/grid"),
+            patterns=["{name}.png", "{name}.csv", "{name}.json"],
+            caption="../report/grid.rst",
+            category="{workload}",
+            subcategory="grid",
+        ),
+    log:
+        "logs/{workload}/grid.log",
+    conda:
+        "../envs/cpu.yaml"
+    container:
+        container_image
+    params:
+        runtime=runtime_config,
+        cfg=grid_config,
+    shell:
+        "accelpipe --log {log} --runtime {params.runtime:q} grid --workload {wildcards.workload} --runs {input.runs}"
+        " --config-json {params.cfg:q} --out {output}"

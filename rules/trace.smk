@@ -8,9 +8,9 @@ rule summarize_trace:
     log:
         "logs/{workload}/{run}/summarize_trace.log",
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     container:
-        CONTAINER
+        container_image
     params:
         runtime=runtime_config,
     shell:

@@ -8,9 +8,9 @@ rule train:
     log:
         "logs/{workload}/{run}/train.log",
     conda:
-        "../envs/torch-cpu.yaml"
+        "../envs/cpu.yaml"
     container:
-        CONTAINER
+        container_image
     threads: 4
     resources:
         accel=train_accelerators,

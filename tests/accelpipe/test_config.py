@@ -58,6 +58,32 @@ def test_bad_keys_and_values_are_named(config: dict, named: str) -> None:
     assert named in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"ssd": {"trian": {}}}, "ssd.trian"),
+        ({"ssd": {"train": {"lrr": 1}}}, "ssd.train.lrr"),
+        ({"ssd": {"prepare": {"shards": 2}}}, "ssd.prepare.shards"),
+        ({"ssd": {"model": {"depth": 34}}}, "ssd.model.depth"),
+        ({"ssd": {"evaluate": {"iou": 0.5}}}, "ssd.evaluate.iou"),
+        ({"ssd": {"runs": {"fast": {"lrr": 1}}}}, "ssd.runs.fast.lrr"),
+        ({"datasets": {"coco": {"sorce": "coco"}}}, "datasets.coco.sorce"),
+        ({"datasets": {"coco": {"synthetic": {"images": 3}}}}, "datasets.coco.synthetic.images"),
+        ({"datasets": {"coco": {"download": {"test": {}}}}}, "datasets.coco.download.test"),
+        (
+            {"datasets": {"coco": {"download": {"val": {"sha1": "0"}}}}},
+            "datasets.coco.download.val.sha1",
+        ),
+    ],
+)
+def test_unknown_ssd_and_coco_keys_are_named(config: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate(config)
+    message = str(err.value)
+    assert message.startswith(f"unknown config key '{named}' (allowed here: ")
+    assert "\n" not in message
+
+
 def test_strings_from_the_command_line_take_the_schema_types() -> None:
     config = validate(
         {

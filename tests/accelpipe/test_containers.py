@@ -42,6 +42,23 @@ def test_tag_is_stable_and_follows_sources(repo_copy: Path) -> None:
     assert containers.image_tag(spec, repo_copy) not in (tag, edited)
 
 
+def test_a_tag_hashes_only_what_goes_into_its_image(repo_copy: Path) -> None:
+    """A torch-only module or pin rebuilds the PyTorch images and no TensorFlow one."""
+    torch_spec = containers.spec_for("cpu", "pytorch", repo=repo_copy)
+    tf_spec = containers.spec_for("cpu", "tensorflow", repo=repo_copy)
+    before = containers.image_tag(torch_spec, repo_copy), containers.image_tag(tf_spec, repo_copy)
+    for name in ("workflow/accelpipe/models/dynunet2d.py", "requirements/torch.txt"):
+        path = repo_copy / name
+        path.write_text(path.read_text() + "\n# edited\n")
+    assert containers.image_tag(torch_spec, repo_copy) != before[0]
+    assert containers.image_tag(tf_spec, repo_copy) == before[1]
+    # code every image runs (the trace summarizer's stage) and a shared pin change both
+    for name in ("workflow/accelpipe/stages/trace.py", "requirements/core.txt"):
+        path = repo_copy / name
+        path.write_text(path.read_text() + "\n# edited\n")
+        assert containers.image_tag(tf_spec, repo_copy) != before[1]
+
+
 def test_image_reference_and_slug() -> None:
     spec = containers.spec_for("cpu")
     ref = containers.image_ref(spec, "registry.example.org/team/")

@@ -22,7 +22,7 @@ from accelpipe import cli
 from accelpipe.config import validate
 from accelpipe.datasets import brats
 from accelpipe.datasets.slices import SliceBatches
-from accelpipe.devices import resolve
+from accelpipe.devices.torch_device import resolve
 from accelpipe.distributed import (
     DistContext,
     backend_for,
@@ -135,6 +135,7 @@ def test_slurm_launch_is_one_torchrun_per_node_meeting_at_the_first_node(slurm: 
         "srun",
         "--ntasks-per-node=1",
         "--nodes=2",
+        "--ntasks=2",
         *TORCHRUN,
         "--nnodes=2",
         "--nproc-per-node=4",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from accelpipe.metrics import dice_per_class, topk_correct
+from accelpipe.metrics import SegmentationCounts, dice_per_class, topk_correct
 
 
 def _labels() -> np.ndarray:
@@ -105,3 +105,46 @@ def test_topk_rejects_bad_shapes_and_k() -> None:
         topk_correct(logits, target[:3])
     with pytest.raises(ValueError, match="k must be"):
         topk_correct(logits, target, ks=(0,))
+
+
+# ---------------------------------------------------------------- mmseg mIoU over a dataset
+
+
+def test_segmentation_counts_follow_mmseg_definitions() -> None:
+    """Two images, hand-counted: classes 0..3, 255 ignored, class 3 absent from both."""
+    counts = SegmentationCounts(num_classes=4, ignore_index=255)
+    counts.update(np.array([[0, 0], [1, 2]]), np.array([[0, 1], [1, 255]]))
+    counts.update(np.array([[2, 2, 0]]), np.array([[2, 0, 0]]))
+    # class 0: pred 3 px, label 3 px, intersect 2 -> IoU 2/4, acc 2/3
+    # class 1: pred 1, label 2, intersect 1 -> IoU 1/2, acc 1/2
+    # class 2: pred 2 (the 2 on an ignored pixel does not count), label 1, inter 1 -> 1/2, 1/1
+    per_class = counts.per_class()
+    np.testing.assert_allclose(per_class["iou"][:3], [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(per_class["accuracy"][:3], [2 / 3, 1 / 2, 1.0])
+    assert np.isnan(per_class["iou"][3]) and np.isnan(per_class["accuracy"][3])
+    summary = counts.summary()
+    assert summary["mIoU"] == pytest.approx(0.5)
+    assert summary["mean_accuracy"] == pytest.approx((2 / 3 + 1 / 2 + 1) / 3)
+    assert summary["pixel_accuracy"] == pytest.approx(4 / 6)
+
+
+def test_a_class_only_predicted_scores_zero_iou_and_no_accuracy() -> None:
+    counts = SegmentationCounts(num_classes=3, ignore_index=255)
+    counts.update(np.array([[2, 0]]), np.array([[0, 0]]))
+    per_class = counts.per_class()
+    assert per_class["iou"][2] == 0.0 and np.isnan(per_class["accuracy"][2])
+    assert counts.summary()["mIoU"] == pytest.approx((0.5 + 0.0) / 2)
+
+
+def test_accumulating_is_not_averaging_per_image() -> None:
+    """mmseg sums counts over the set: a small image weighs by its pixels, not as an image."""
+    counts = SegmentationCounts(num_classes=2, ignore_index=255)
+    counts.update(np.zeros((1, 1), int), np.ones((1, 1), int))  # 1 px, all wrong
+    counts.update(np.ones((3, 3), int), np.ones((3, 3), int))  # 9 px, all right
+    assert counts.summary()["pixel_accuracy"] == pytest.approx(0.9)
+    assert counts.per_class()["iou"][1] == pytest.approx(0.9)
+
+
+def test_segmentation_counts_refuse_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match=r"prediction \(2, 2\) and label \(2, 3\)"):
+        SegmentationCounts(3, 255).update(np.zeros((2, 2), int), np.zeros((2, 3), int))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from accelpipe.config import TrainConfig
-from accelpipe.devices import resolve
+from accelpipe.devices.torch_device import resolve
 from accelpipe.errors import ConfigError
 from accelpipe.optim import LARS, WarmupDecay, build_optimizer, make_scheduler, split_decay
 

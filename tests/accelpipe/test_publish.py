@@ -24,15 +24,17 @@ def _stage_dirs(root: Path) -> dict[str, Path]:
         (folder / "stage.json").write_text(json.dumps({"stage": name, "seconds": 1.5, **facts}))
     for stage, name, _ in RUN_FILES:
         (dirs[stage] / name).write_text(f"{stage}/{name}")
+    (dirs["train"] / "model.pt").write_text("weights")
     return dirs
 
 
 def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
     dirs = _stage_dirs(tmp_path)
     out = tmp_path / "results/unet2d/fold0"
-    publish_run(dirs, {"unet2d": {"train": {"lr": 0.1}}}, out)
+    publish_run(dirs, {"unet2d": {"train": {"lr": 0.1}}}, out, "model.pt")
     for _, _, target in RUN_FILES:
         assert (out / target).exists()
+    assert (out / "model.pt").read_text() == "weights"
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["device"] == "cpu (x86_64)" and prov["config"]["unet2d"]["train"]["lr"] == 0.1
     assert prov["stages"]["train"]["seconds"] == 1.5
@@ -42,11 +44,11 @@ def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
 def test_publish_with_a_missing_output_names_it_and_keeps_the_old_folder(tmp_path: Path) -> None:
     dirs = _stage_dirs(tmp_path)
     out = tmp_path / "result"
-    publish_run(dirs, {}, out)
+    publish_run(dirs, {}, out, "model.pt")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     (dirs["trace"] / "step_breakdown.png").unlink()
     with pytest.raises(DataError, match=r"step_breakdown\.png"):
-        publish_run(dirs, {}, out)
+        publish_run(dirs, {}, out, "model.pt")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

@@ -160,7 +160,7 @@ def test_interrupting_snakemake_mid_train_removes_the_container(
 def test_changed_package_source_rebuilds_the_image_and_reruns_its_stages(
     docker_project: Project,
 ) -> None:
-    module = docker_project.root / "workflow/accelpipe/traces.py"
+    module = docker_project.root / "workflow/accelpipe/traces/summary.py"
     original, stat = module.read_text(), module.stat()
     try:
         module.write_text(original + "\n# an edit\n")

@@ -153,3 +153,17 @@ def test_two_process_training_runs_under_srun(slurm_run: tuple[Project, str]) ->
     assert stage["world_size"] == 2 and stage["global_batch"] == 4  # ...two training processes
     train_log = (project.root / "logs/unet2d/fold3/train.log").read_text()
     assert "srun" in train_log and "torch.distributed.run" in train_log, train_log
+
+
+def test_two_worker_tensorflow_training_runs_under_srun(slurm_run: tuple[Project, str]) -> None:
+    """The Segmenter's ddp run (devices: 2): one Slurm job whose launcher starts the two
+    TensorFlow workers as one srun step; each reads its own shard of the records."""
+    project, _ = slurm_run
+    proc = project.snakemake("--profile", PROFILE, "work/segmenter/ddp/train")
+    log = proc.stdout + proc.stderr
+    assert len(SUBMITTED.findall(log)) == 3, log  # raw, prepare, train
+    stage = json.loads((project.root / "work/segmenter/ddp/train/stage.json").read_text())
+    assert (stage["world_size"], stage["global_batch"], stage["steps"]) == (2, 4, 6)
+    train_log = (project.root / "logs/segmenter/ddp/train.log").read_text()
+    assert "TensorFlow workers" in train_log or "through srun" in train_log, train_log
+    assert "srun" in train_log, train_log

@@ -34,58 +34,8 @@ COPIED = (
     ".dockerignore",
 )
 
-# Small enough that a fold trains in seconds on 2 cores, big enough to exercise
-# every stage (deep supervision, loader workers, profiler cycle, 5 folds).
-TINY_CONFIG = {
-    "datasets": {
-        "brats": {"source": "synthetic", "synthetic": {"cases": 5, "shape": [32, 32, 16]}}
-    },
-    "unet2d": {
-        "folds": 5,
-        "prepare": {"patch_size": [32, 32]},
-        "model": {"filters": [8, 16, 32], "strides": [1, 2, 2], "deep_supr_num": 1},
-        "train": {"epochs": 2, "steps_per_epoch": 3, "batch_size": 4, "loader_workers": 1},
-        "evaluate": {"batch_size": 16},
-        # active: steps 3 and 4, the last of epoch 0 and the first of epoch 1 (loader_first)
-        "profile": {"schedule": {"wait": 1, "warmup": 1, "active": 2, "repeat": 1}},
-    },
-    "swinunetr": {
-        "model": {"roi": [64, 32, 32], "feature_size": 12, "depths": [1, 1, 1, 1]},
-        "train": {
-            "epochs": 2,
-            "steps_per_epoch": 2,
-            "num_samples": 2,
-            "warmup_epochs": 1,
-            "loader_workers": 1,
-        },
-        "evaluate": {"sw_batch_size": 2},
-        "profile": {"schedule": {"wait": 0, "warmup": 1, "active": 2, "repeat": 1}},
-        "runs": {"default": {}, "fp16": {"precision": "fp16"}},
-    },
-    "resnet50": {
-        "model": {"width": 8, "layers": [1, 1, 1, 1], "image_size": 32},
-        "train": {
-            "epochs": 2,
-            "steps_per_epoch": 3,
-            "batch_size": 8,
-            "optimizer": "lars",
-            "lr": 1.0,
-            "loader_workers": 1,
-        },
-        "evaluate": {"batch_size": 16, "loader_workers": 1},
-        "profile": {"schedule": {"wait": 1, "warmup": 1, "active": 2, "repeat": 1}},
-        "runs": {
-            "bf16": {"precision": "bf16"},
-            "fp32": {"precision": "fp32"},
-            "graph": {"precision": "fp32", "compile": True},
-            "ddp": {"precision": "fp32", "devices": 2},
-        },
-    },
-}
-TINY_CONFIG["datasets"] |= {
-    "nsclc": {"synthetic": {"patients": 4, "shape": [48, 48, 24]}},
-    "imagenet": {"synthetic": {"classes": 4, "train_per_class": 6, "val_per_class": 2}},
-}
+# The tiny config (.test/config.yaml, runnable by hand): every stage in seconds on 2 cores.
+TINY_CONFIG = yaml.safe_load((REPO / ".test" / "config.yaml").read_text())
 
 
 T = TypeVar("T")

@@ -107,7 +107,7 @@ def test_msd_download_with_right_md5_prepares(
         ("work/unet2d/fold5/train", "config key 'unet2d.folds' is 5"),
         ("results/swinunetr/nope", "config key 'swinunetr.runs' has no run 'nope'"),
         ("results/swinunetr/cv", "swinunetr has no cross-validation"),
-        ("results/ssd/default", "unknown workload 'ssd'"),
+        ("results/yolov8/default", "unknown workload 'yolov8'"),
         ("data/raw/kits", "unknown dataset 'kits'"),
         ("data/prepared/brats/3d", "'brats' has no prepared variant '3d'"),
     ],

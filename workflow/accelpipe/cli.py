@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub,
         "publish",
         "assemble results/<workload>/<run>",
+        ("--workload", "workload name"),
         ("--raw", "raw stage output"),
         ("--prepared", "prepare stage output"),
         ("--model", "train stage output"),
@@ -121,6 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
         ("--out", "aggregate folder"),
     )
     aggregate.add_argument("--runs", nargs="+", required=True, help="published fold folders")
+    grid = _add(
+        sub,
+        "grid",
+        "rank the runs of a hyperparameter grid",
+        ("--workload", "workload name"),
+        cfg,
+        ("--out", "grid folder"),
+    )
+    grid.add_argument("--runs", nargs="+", required=True, help="published run folders")
     images = sub.add_parser("images", help="tag or build the container image of a backend")
     images.add_argument("action", choices=("tag", "build"))
     images.add_argument("--backend", required=True, help="cpu, cuda, rocm or gaudi")

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from accelpipe import grid
 from accelpipe.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
@@ -112,20 +113,67 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     error = jsonschema.exceptions.best_match(validator.iter_errors(filled))
     if error is not None:
         raise ConfigError(_describe(error))
+    for workload, block in filled.items():
+        if isinstance(block, dict) and block.get("grid"):
+            _check_grid(block, workload, root["properties"][workload])
     return filled
 
 
+def _check_grid(block: dict[str, Any], workload: str, node: dict[str, Any]) -> None:
+    """Every grid key names a real `model` / `train` key and every value fits its schema;
+    no grid run shares a name with a run of `<workload>.runs`."""
+    for key, values in block["grid"].items():
+        section, name = grid.split_key(key)
+        props = _resolve(node["properties"][section]).get("properties", {})
+        if name not in props:
+            raise ConfigError(
+                f"config key '{workload}.grid.{key}': {section} has no key {name!r} "
+                f"(known: {', '.join(sorted(props))})"
+            )
+        validator = jsonschema.Draft7Validator(_resolve(props[name]))
+        for value in values:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            if error is not None:
+                raise ConfigError(f"config key '{workload}.grid.{key}': {error.message}")
+    clash = sorted(set(grid.expand(block, workload)) & set(block.get("runs", {})))
+    if clash:
+        raise ConfigError(
+            f"config key '{workload}.runs': {', '.join(clash)} is also a run of "
+            f"'{workload}.grid'; rename it"
+        )
+
+
+def run_names(block: dict[str, Any], workload: str) -> list[str]:
+    """The named runs of a workload: `<workload>.runs` and the runs of `<workload>.grid`."""
+    return sorted(block.get("runs", {})) + list(grid.expand(block, workload))
+
+
+def _run_overrides(block: dict[str, Any], workload: str, run: str) -> dict[str, dict[str, Any]]:
+    if run in block.get("runs", {}):
+        return {"train": block["runs"][run], "model": {}}
+    grid_runs = grid.expand(block, workload)
+    if run in grid_runs:
+        return grid_runs[run]
+    known = ", ".join(run_names(block, workload)) or "none"
+    raise ConfigError(f"config key '{workload}.runs' has no run {run!r} (known: {known})")
+
+
 def run_train(block: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
-    """The train settings of a named run: `<workload>.train` overridden by `<workload>.runs.<run>`.
+    """The train settings of a named run: `<workload>.train` overridden by `<workload>.runs.<run>`
+    or by the `train.*` values of a grid run.
 
     Workloads without `runs` (unet2d: its runs are folds) train with `<workload>.train` as is.
     """
     if "runs" not in block:
         return block["train"]
-    if run not in block["runs"]:
-        known = ", ".join(sorted(block["runs"])) or "none"
-        raise ConfigError(f"config key '{workload}.runs' has no run {run!r} (known: {known})")
-    return {**block["train"], **block["runs"][run]}
+    return {**block["train"], **_run_overrides(block, workload, run)["train"]}
+
+
+def run_model(block: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
+    """The model settings of a run: `<workload>.model` with a grid run's `model.*` values."""
+    if "runs" not in block:
+        return block.get("model", {})
+    return {**block.get("model", {}), **_run_overrides(block, workload, run)["model"]}
 
 
 def load_slice(text: str) -> dict[str, Any]:
@@ -170,7 +218,7 @@ class ProfileConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Training hyperparameters shared by the PyTorch workloads."""
+    """Training hyperparameters of every workload (each reads the keys its schema has)."""
 
     epochs: int = 100
     steps_per_epoch: int | None = None
@@ -180,8 +228,11 @@ class TrainConfig:
     scheduler: str = "constant"  # constant | cosine | poly, after the warmup
     warmup_epochs: float = 0.0  # linear warmup from lr / (warmup steps) to lr
     poly_power: float = 2.0
+    min_lr: float = 0.0  # poly decay's end point (Segmenter)
     optimizer: str = "adamw"  # adamw | sgd | lars
     momentum: float = 0.9  # sgd and lars
+    nesterov: bool = False
+    scale_range: tuple[float, float] = (0.5, 2.0)  # random rescale (Segmenter)
     label_smoothing: float = 0.0
     compile: bool = False  # graph mode: torch.compile (Gaudi: its hpu_backend)
     precision: str = "auto"

@@ -2,8 +2,9 @@
 
 The Engine API is spoken by Docker and by Podman (`podman system service`), so the same
 code drives both; DOCKER_HOST (or `containers.docker_host`) picks the socket. Images are
-tagged by a hash of their Dockerfile, the requirements and the package sources, so a
-changed package gives a new tag, which Snakemake sees as a changed software environment.
+tagged by a hash of their Dockerfile, their requirement files and the package code that
+runs in them, so a changed module gives a new tag to the images whose stages import it
+(which Snakemake sees as a changed software environment), and to no other.
 """
 
 from __future__ import annotations
@@ -22,14 +23,21 @@ from typing import Any, TextIO
 
 import yaml
 
-from accelpipe import REPO
+from accelpipe import REPO, registry
+from accelpipe.codegraph import stage_code
 from accelpipe.errors import AccelpipeError, ConfigError
+from accelpipe.stages import entry_modules
 
 log = logging.getLogger(__name__)
 
 IMAGES_FILE = Path("docker/images.yaml")
-# Files whose content defines an image besides its Dockerfile.
-IMAGE_INPUTS = ("pyproject.toml", "README.md", "requirements", "workflow/accelpipe")
+# Files whose content defines every image besides its Dockerfile, requirements and code.
+IMAGE_INPUTS = ("pyproject.toml", "README.md")
+# Stages that run in the image of a workload's framework, those of a dataset's, and those
+# (framework-free) that run in every image.
+_WORKLOAD_STAGES = ("train", "evaluate")
+_DATASET_STAGES = ("raw", "prepare")
+_COMMON_STAGES = ("summarize-trace", "publish", "aggregate")
 # Host variables a containerised stage may see; everything else stays outside.
 ENV_WHITELIST = (
     "ACCELPIPE_GIT_STATE",  # provenance.GIT_STATE_ENV: the image holds no checkout
@@ -59,6 +67,7 @@ class ImageSpec:
     backend: str
     framework: str
     base_image: str
+    requirements: tuple[Path, ...]  # the requirement files its Dockerfile installs
 
 
 def load_specs(repo: Path = REPO) -> dict[str, ImageSpec]:
@@ -70,6 +79,7 @@ def load_specs(repo: Path = REPO) -> dict[str, ImageSpec]:
             entry["backend"],
             entry["framework"],
             entry["base_image"],
+            tuple(Path(r) for r in entry["requirements"]),
         )
         for name, entry in data["images"].items()
     }
@@ -85,16 +95,27 @@ def spec_for(backend: str, framework: str = "pytorch", repo: Path = REPO) -> Ima
     return specs[name]
 
 
+def framework_code(framework: str, package_dir: Path) -> list[Path]:
+    """The package files that run in a `framework` image: the import graph of every stage of
+    that framework's workloads and datasets (the image holds the whole package; the rest
+    never runs there, so it does not define the image)."""
+    entries = {m for stage in _COMMON_STAGES for m in entry_modules(stage)}
+    for w in registry.WORKLOADS.values():
+        if w.framework == framework:
+            for stage in _WORKLOAD_STAGES:
+                entries.update(entry_modules(stage, w.name))
+    for d in registry.DATASETS.values():
+        if d.framework == framework:
+            for stage in _DATASET_STAGES:
+                entries.update(entry_modules(stage, d.name))
+    return stage_code(sorted(entries), package_dir)
+
+
 def _hashed_files(spec: ImageSpec, repo: Path) -> Iterator[Path]:
     yield repo / spec.dockerfile
-    for entry in IMAGE_INPUTS:
-        path = repo / entry
-        if path.is_dir():
-            yield from sorted(
-                p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-            )
-        elif path.exists():
-            yield path
+    yield from (repo / r for r in spec.requirements)
+    yield from (repo / entry for entry in IMAGE_INPUTS)
+    yield from framework_code(spec.framework, repo / "workflow" / "accelpipe")
 
 
 def image_tag(spec: ImageSpec, repo: Path = REPO) -> str:

@@ -5,8 +5,9 @@ place through the environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_
 `init_from_env` turns that into a `DistContext`; a process started without torchrun is a world
 of one and creates no process group, so single-device runs pay nothing. `launch_command` builds
 the torchrun command (wrapped in srun under Slurm) that `accelpipe train` re-executes itself
-through when a job asks for more than one process. torch is imported only where a process group
-is used, so the launching process stays light.
+through when a job asks for more than one process; its Slurm rules (`srun_command`,
+`slurm_hostnames`) and `run_workers` serve the TensorFlow launcher too (engines.tf_distributed).
+torch is imported only where a process group is used, so the launching process stays light.
 
 Typical use in a workload::
 
@@ -24,6 +25,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from accelpipe.config import TrainConfig
-    from accelpipe.devices import Device
+    from accelpipe.devices.torch_device import Device
 
 log = logging.getLogger(__name__)
 
@@ -175,14 +177,10 @@ def launch_command(
     module = ["-m", "--", "accelpipe", *argv]
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     if not under_slurm:
-        if nodes > 1:
-            raise ConfigError(
-                f"config key 'unet2d.train.nodes': {nodes} nodes need a Slurm allocation "
-                "(SLURM_JOB_ID is not set); run the workflow inside one, e.g. with salloc"
-            )
+        require_slurm(nodes, under_slurm, "unet2d.train.nodes")
         return [*torchrun, "--standalone", f"--nproc-per-node={devices}", *module]
     return [
-        *_srun(nodes),
+        *srun_command(nodes),
         *torchrun,
         f"--nnodes={nodes}",
         f"--nproc-per-node={devices}",
@@ -193,31 +191,72 @@ def launch_command(
     ]
 
 
-def _srun(nodes: int) -> list[str]:
+def require_slurm(nodes: int, under_slurm: bool, key: str) -> None:
+    """Several nodes need a Slurm allocation: a ConfigError of one line naming `key` if not."""
+    if nodes > 1 and not under_slurm:
+        raise ConfigError(
+            f"config key '{key}': {nodes} nodes need a Slurm allocation "
+            "(SLURM_JOB_ID is not set); run the workflow inside one, e.g. with salloc"
+        )
+
+
+def srun_command(nodes: int, tasks_per_node: int = 1, key: str = "unet2d.train.nodes") -> list[str]:
+    """`srun` starting `tasks_per_node` tasks on each of `nodes` nodes of this Slurm job.
+
+    The rules both engines' launches share: the job must have the nodes (else a ConfigError
+    naming `key`); inside a job step the new step overlaps it; the CPUs a job task has
+    (SLURM_CPUS_PER_TASK: the workflow's train job is one task per node with `threads` CPUs)
+    are split over the node's tasks, and a node with fewer CPUs than tasks overcommits them.
+    """
     allocated = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
     if allocated and int(allocated) < nodes:
         raise ConfigError(
-            f"config key 'unet2d.train.nodes': {nodes} nodes, but Slurm job "
+            f"config key '{key}': {nodes} nodes, but Slurm job "
             f"{os.environ.get('SLURM_JOB_ID')} has {allocated}"
         )
-    cmd = ["srun", "--ntasks-per-node=1", f"--nodes={nodes}"]
+    cmd = ["srun", f"--ntasks-per-node={tasks_per_node}", f"--nodes={nodes}"]
     # Inside a job step already (Snakemake's Slurm executor runs each job in `srun -n1`), a new
     # step would wait forever for the CPUs that step holds unless it may overlap it.
     if "SLURM_STEP_ID" in os.environ:
         cmd.append("--overlap")
-    # Since Slurm 22.05 a step does not inherit the job's --cpus-per-task: pass it on, or each
-    # node's torchrun (and every rank it starts) is pinned to one core.
+    # Since Slurm 22.05 a step does not inherit the job's --cpus-per-task, but srun reads
+    # SLURM_CPUS_PER_TASK from the environment as if it were given: pass each task its share
+    # explicitly, or a node's torchrun (and every rank it starts) is pinned to one core, or a
+    # step of several tasks per node asks for more CPUs than the job has.
     cpus = os.environ.get("SLURM_CPUS_PER_TASK")
     if cpus:
-        cmd.append(f"--cpus-per-task={cpus}")
+        cmd.append(f"--cpus-per-task={max(1, int(cpus) // tasks_per_node)}")
+    # Fewer CPUs than tasks: srun refuses the step ("More processors requested than
+    # permitted") unless told to run several tasks on a CPU, as a local launch would.
+    job_cpus = os.environ.get("SLURM_JOB_CPUS_PER_NODE")
+    if cpus:
+        node_cpus = int(cpus)
+    elif job_cpus:
+        node_cpus = min(slurm_counts("SLURM_JOB_CPUS_PER_NODE", job_cpus))
+    else:
+        node_cpus = tasks_per_node
+    if node_cpus < tasks_per_node:
+        cmd.append("--overcommit")
+    # Without it srun takes the job's SLURM_NTASKS: an allocation of more tasks than nodes
+    # (salloc -N1 -n2) would start that many launchers per node.
+    cmd.append(f"--ntasks={nodes * tasks_per_node}")
     return cmd
 
 
-def _first_node() -> str:
-    """The first host of SLURM_JOB_NODELIST, expanded by `scontrol show hostnames`."""
-    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
-    if not nodelist:
-        raise AccelpipeError("Slurm job without SLURM_JOB_NODELIST: cannot find its first node")
+def slurm_counts(name: str, spec: str) -> list[int]:
+    """A Slurm count per node (SLURM_JOB_CPUS_PER_NODE, SLURM_STEP_TASKS_PER_NODE) expanded:
+    `2(x3),1` is [2, 2, 2, 1]; `name` is the variable's, for the error."""
+    counts = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        if not match:
+            raise AccelpipeError(f"{name}={spec!r}: not a Slurm count per node")
+        counts += [int(match[1])] * int(match[2] or 1)
+    return counts
+
+
+def slurm_hostnames(nodelist: str) -> list[str]:
+    """A Slurm node list (`gpu[017-018]`) expanded by `scontrol show hostnames`, in order."""
     try:
         out = subprocess.run(
             ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
@@ -227,7 +266,15 @@ def _first_node() -> str:
     hosts = out.split()
     if not hosts:
         raise AccelpipeError(f"scontrol show hostnames {nodelist} listed no host")
-    return hosts[0]
+    return hosts
+
+
+def _first_node() -> str:
+    """The first host of SLURM_JOB_NODELIST."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise AccelpipeError("Slurm job without SLURM_JOB_NODELIST: cannot find its first node")
+    return slurm_hostnames(nodelist)[0]
 
 
 def _port() -> int:
@@ -263,7 +310,7 @@ def _sigterm_exits() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_workers(cmd: list[str], env: dict[str, str]) -> int:
+def run_workers(cmd: list[str], env: dict[str, str]) -> int:
     """Run the launcher, relaying every rank's output to our log; return its exit status."""
     workers_log = logging.getLogger("accelpipe.workers")
     tail: collections.deque[str] = collections.deque(maxlen=30)
@@ -277,7 +324,7 @@ def _run_workers(cmd: list[str], env: dict[str, str]) -> int:
                 workers_log.info("%s", tail[-1])
             code = proc.wait()
     finally:
-        if proc.poll() is None:  # interrupted: torchrun passes SIGTERM on to the ranks
+        if proc.poll() is None:  # interrupted: torchrun and srun pass SIGTERM on to the ranks
             proc.terminate()
             proc.wait()
     if code:
@@ -294,7 +341,7 @@ def launch_training(cfg: TrainConfig, stage_argv: list[str], threads: int) -> No
     # torchrun would set 1 (with a warning); each rank sets its share in `cmd_train` anyway.
     env.setdefault("OMP_NUM_THREADS", str(max(1, threads // cfg.devices)))
     log.info("training on %d processes: %s", cfg.devices * cfg.nodes, shlex.join(cmd))
-    code = _run_workers(cmd, env)
+    code = run_workers(cmd, env)
     if code:
         raise SystemExit(code)
 

@@ -1,4 +1,5 @@
-"""Evaluation metrics: Dice on integer label maps (numpy) and top-k accuracy counts.
+"""Evaluation metrics: Dice on integer label maps (numpy), top-k accuracy counts and
+mmseg's mIoU / accuracy accumulated over a whole validation set.
 
 The module imports no torch, so segmentation evaluation needs none; ``topk_correct`` works
 on the torch tensors it is given.
@@ -6,6 +7,11 @@ on the torch tensors it is given.
 ``dice_per_class`` follows the reference nnU-Net validation Dice: per class, per volume,
 with an empty class scored 1.0 when it is also absent from the prediction and 0.0
 otherwise. Scores are fractions in [0, 1]; callers multiply by 100 for reporting.
+
+``SegmentationCounts`` follows mmseg's ``mean_iou`` (what Segmenter reports): per class,
+intersection, union and ground-truth area summed over every image, pixels labelled
+``ignore_index`` left out; IoU and accuracy per class, classes with no union (absent from
+both ground truth and predictions) left out of the means (nanmean).
 """
 
 from __future__ import annotations
@@ -62,3 +68,47 @@ def topk_correct(
     hits = logits.topk(max_k, dim=1).indices == target.unsqueeze(1)
     per_rank = hits.sum(dim=0).cumsum(dim=0)  # per_rank[j]: targets within the top j+1
     return {k: int(per_rank[min(k, max_k) - 1]) for k in ks}
+
+
+class SegmentationCounts:
+    """Per-class pixel counts accumulated image by image; metrics over the whole set."""
+
+    def __init__(self, num_classes: int, ignore_index: int) -> None:
+        self.num_classes, self.ignore_index = num_classes, ignore_index
+        self.intersect = np.zeros(num_classes, np.int64)
+        self.pred_area = np.zeros(num_classes, np.int64)
+        self.label_area = np.zeros(num_classes, np.int64)
+
+    def update(self, pred: np.ndarray, label: np.ndarray) -> None:
+        """Add one image: `pred` and `label` integer maps of one shape."""
+        if pred.shape != label.shape:
+            raise ValueError(f"prediction {pred.shape} and label {label.shape} differ in shape")
+        keep = label != self.ignore_index
+        pred, label = pred[keep].astype(np.int64), label[keep].astype(np.int64)
+        n = self.num_classes
+        self.intersect += np.bincount(label[pred == label], minlength=n)[:n]
+        self.pred_area += np.bincount(pred, minlength=n)[:n]
+        self.label_area += np.bincount(label, minlength=n)[:n]
+
+    def per_class(self) -> dict[str, np.ndarray]:
+        """IoU and accuracy per class, NaN where undefined (no union / no ground truth)."""
+        union = self.pred_area + self.label_area - self.intersect
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = np.where(union > 0, self.intersect / union, np.nan)
+            acc = np.where(self.label_area > 0, self.intersect / self.label_area, np.nan)
+        return {"iou": iou, "accuracy": acc}
+
+    def summary(self) -> dict[str, float]:
+        """mIoU, mean accuracy and pixel accuracy (aAcc) as fractions in [0, 1]."""
+        per_class = self.per_class()
+        total = int(self.label_area.sum())
+        return {
+            "mIoU": _nanmean(per_class["iou"]),
+            "mean_accuracy": _nanmean(per_class["accuracy"]),
+            "pixel_accuracy": float(self.intersect.sum() / total) if total else float("nan"),
+        }
+
+
+def _nanmean(values: np.ndarray) -> float:
+    defined = values[~np.isnan(values)]
+    return float(defined.mean()) if defined.size else float("nan")

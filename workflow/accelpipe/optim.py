@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from accelpipe.config import TrainConfig
-from accelpipe.devices import Device
+from accelpipe.devices.torch_device import Device
 from accelpipe.errors import ConfigError
 
 OPTIMIZERS = ("adamw", "sgd", "lars")

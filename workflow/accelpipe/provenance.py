@@ -20,7 +20,8 @@ STAGE_FILE = "stage.json"
 # The checkout's git state as JSON, read by the workflow where the checkout is and handed to
 # every job (local, Slurm, container), since a container holds no checkout.
 GIT_STATE_ENV = "ACCELPIPE_GIT_STATE"
-PACKAGES = ("torch", "numpy", "nibabel", "snakemake", "jsonschema", "matplotlib")
+# Recorded by every stage that trains; the engine adds its framework's (accelpipe.engines).
+PACKAGES = ("numpy", "nibabel", "snakemake", "jsonschema", "matplotlib")
 
 
 def now_iso() -> str:
@@ -93,7 +94,8 @@ def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str
         "precision": train.get("precision"),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "packages": package_versions(),
+        # as the train stage saw them: it may have run in another image than this one
+        "packages": train.get("packages") or package_versions(),
         "stages": {
             name: {key: s.get(key) for key in ("seconds", "finished", "host", "image")}
             for name, s in stages.items()

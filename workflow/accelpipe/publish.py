@@ -12,9 +12,9 @@ from accelpipe import provenance
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
 
-# (stage, file inside that stage's output dir, name in the result folder)
+# (stage, file inside that stage's output dir, name in the result folder); the trained
+# weights are added per engine (model.pt, ...).
 RUN_FILES = (
-    ("train", "model.pt", "model.pt"),
     ("train", "train_log.csv", "train_log.csv"),
     ("evaluate", "metrics.json", "metrics.json"),
     ("trace", "summary.json", "trace_summary.json"),
@@ -24,15 +24,25 @@ RUN_FILES = (
 
 
 def _evaluation_tables(eval_dir: Path) -> list[Path]:
-    """The workload's per-item tables (per_case_dice.csv, per_class_accuracy.csv, ...)."""
-    return sorted(eval_dir.glob("*.csv"))
+    """The workload's per-item tables, records and figures (per_case_dice.csv,
+    per_category_ap.csv, detections.json, prediction_*.png, ...): the evaluate stage's
+    top-level CSV, JSON and PNG files."""
+    skipped = {"stage.json", "metrics.json"}  # the stage's own record; metrics: RUN_FILES
+    return sorted(
+        p
+        for p in eval_dir.iterdir()
+        if p.suffix in (".csv", ".json", ".png") and p.name not in skipped
+    )
 
 
-def publish_run(stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: Path) -> None:
-    """Copy the run's artifacts into `out` and write provenance.json, atomically."""
+def publish_run(
+    stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: Path, weights: str
+) -> None:
+    """Copy the run's artifacts (`weights`: the engine's model file) into `out` and write
+    provenance.json, atomically."""
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        for stage, name, target in RUN_FILES:
+        for stage, name, target in (("train", weights, weights), *RUN_FILES):
             source = stage_dirs[stage] / name
             if not source.exists():
                 raise DataError(f"{source}: missing output of stage '{stage}'")

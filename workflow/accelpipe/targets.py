@@ -10,14 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from accelpipe import registry
+from accelpipe.config import run_names
 from accelpipe.errors import ConfigError
+from accelpipe.grid import expand as expand_grid
 
-# workload -> (dataset, prepared variant)
-WORKLOAD_DATA = {
-    "unet2d": ("brats", "2d"),
-    "swinunetr": ("nsclc", "nifti"),
-    "resnet50": ("imagenet", "index"),
-}
 _FOLD = re.compile(r"fold(0|[1-9][0-9]*)")
 
 
@@ -27,9 +24,8 @@ def _known(names: Any) -> str:
 
 def workload_data(workload: str) -> tuple[str, str]:
     """The (dataset, variant) a workload trains on; an unknown workload is refused."""
-    if workload not in WORKLOAD_DATA:
-        raise ConfigError(f"unknown workload {workload!r} (known: {_known(WORKLOAD_DATA)})")
-    return WORKLOAD_DATA[workload]
+    entry = registry.workload(workload)
+    return entry.dataset, entry.variant
 
 
 def check_run(config: dict[str, Any], workload: str, run: str) -> None:
@@ -44,11 +40,23 @@ def check_run(config: dict[str, Any], workload: str, run: str) -> None:
                 f"no run {run!r} of {workload}: config key '{workload}.folds' is {folds}, "
                 f"so its runs are fold0 ... fold{folds - 1} (and cv)"
             )
-    elif run not in block.get("runs", {}):
+    elif run not in run_names(block, workload):
         raise ConfigError(
             f"config key '{workload}.runs' has no run {run!r} "
-            f"(known: {_known(block.get('runs', {})) or 'none'})"
+            f"(known: {_known(run_names(block, workload)) or 'none'})"
         )
+
+
+def check_grid(config: dict[str, Any], workload: str) -> list[str]:
+    """`results/<workload>/grid` exists for a workload with a non-empty grid; its runs."""
+    entry = registry.workload(workload)
+    block = config[workload]
+    if entry.metric is None or "grid" not in block:
+        with_grid = [w.name for w in registry.WORKLOADS.values() if w.metric]
+        raise ConfigError(f"{workload} has no grid (workloads with one: {_known(with_grid)})")
+    if not block["grid"]:
+        raise ConfigError(f"config key '{workload}.grid' is empty: name keys and their values")
+    return list(expand_grid(block, workload))
 
 
 def check_cross_validation(config: dict[str, Any], workload: str) -> int:
@@ -62,22 +70,10 @@ def check_cross_validation(config: dict[str, Any], workload: str) -> int:
     return config[workload]["folds"]
 
 
-def datasets() -> set[str]:
-    return {dataset for dataset, _ in WORKLOAD_DATA.values()}
-
-
 def check_dataset(dataset: str) -> None:
-    if dataset not in datasets():
-        raise ConfigError(f"unknown dataset {dataset!r} (known: {_known(datasets())})")
+    registry.dataset(dataset)
 
 
 def variant_owner(dataset: str, variant: str) -> str:
     """The workload whose `prepare` settings define `data/prepared/<dataset>/<variant>`."""
-    check_dataset(dataset)
-    for workload, data in WORKLOAD_DATA.items():
-        if data == (dataset, variant):
-            return workload
-    variants = {v for d, v in WORKLOAD_DATA.values() if d == dataset}
-    raise ConfigError(
-        f"dataset {dataset!r} has no prepared variant {variant!r} (known: {_known(variants)})"
-    )
+    return registry.variant_owner(dataset, variant).name

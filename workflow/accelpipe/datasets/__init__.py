@@ -10,15 +10,12 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from accelpipe.errors import ConfigError, DataError
-
-DATASETS = ("brats", "imagenet", "nsclc")
+from accelpipe import registry
+from accelpipe.errors import DataError
 
 
 def get(name: str) -> ModuleType:
-    if name not in DATASETS:
-        raise ConfigError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
-    return importlib.import_module(f"accelpipe.datasets.{name}")
+    return importlib.import_module(f"accelpipe.datasets.{registry.dataset(name).name}")
 
 
 def existing_copy(location: str, folder: str, dataset: str) -> Path:

@@ -8,6 +8,8 @@ graph (codegraph.py) of the CLI, the stage's module and that dataset or workload
 
 from __future__ import annotations
 
+from accelpipe import engines
+
 # stage (the CLI's sub-command) -> module holding `run_<stage>` (dashes as underscores)
 MODULES = {
     "raw": "accelpipe.stages.data",
@@ -17,6 +19,7 @@ MODULES = {
     "summarize-trace": "accelpipe.stages.trace",
     "publish": "accelpipe.stages.publish",
     "aggregate": "accelpipe.stages.publish",
+    "grid": "accelpipe.stages.publish",
     "images": "accelpipe.stages.images",
 }
 # stages that call into one dataset's or one workload's module by name
@@ -29,10 +32,13 @@ _PLUGINS = {
 
 
 def entry_modules(stage: str, plugin: str | None = None) -> list[str]:
-    """Where the stage's code starts: the CLI, its stage module, its dataset/workload module."""
+    """Where the stage's code starts: the CLI, its stage module, its dataset or workload
+    module and, for a workload, its engine (which the stage also calls by name)."""
     entries = ["accelpipe.cli", MODULES[stage]]
     if stage in _PLUGINS:
         if plugin is None:
             raise ValueError(f"stage {stage!r} needs its {_PLUGINS[stage][:-1]} name")
         entries.append(f"accelpipe.{_PLUGINS[stage]}.{plugin}")
+        if _PLUGINS[stage] == "workloads":
+            entries.append(engines.for_workload(plugin).module)
     return entries

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import time
 from pathlib import Path
 
-from accelpipe import devices, provenance, workloads
+from accelpipe import engines, provenance, workloads
 from accelpipe.config import load_slice
 from accelpipe.io import atomic_path
 
@@ -17,7 +18,7 @@ log = logging.getLogger("accelpipe")
 
 def run_evaluate(args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    devices.limit_threads(args.threads)
+    importlib.import_module(engines.for_workload(args.workload).module).limit_threads(args.threads)
     module = workloads.get(args.workload)
     with atomic_path(args.out) as tmp:
         metrics = module.evaluate(

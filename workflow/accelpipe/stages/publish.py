@@ -1,4 +1,5 @@
-"""`publish` and `aggregate`: a run's result folder, and the cross-validation summary."""
+"""`publish`, `aggregate` and `grid`: a run's result folder, the cross-validation summary
+and the ranking of a hyperparameter grid."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 import logging
 from pathlib import Path
 
+from accelpipe import engines, registry
 from accelpipe.config import load_slice
+from accelpipe.leaderboard import rank_runs
 from accelpipe.publish import aggregate_folds, publish_run
 
 log = logging.getLogger("accelpipe")
@@ -21,9 +24,18 @@ def run_publish(args: argparse.Namespace) -> None:
         "evaluate": Path(args.eval),
         "trace": Path(args.trace),
     }
-    publish_run(stage_dirs, load_slice(args.config_json), Path(args.out))
+    weights = engines.for_workload(args.workload).weights
+    publish_run(stage_dirs, load_slice(args.config_json), Path(args.out), weights)
 
 
 def run_aggregate(args: argparse.Namespace) -> None:
     summary = aggregate_folds([Path(r) for r in args.runs], Path(args.out))
     log.info("cross-validation mean: %s", json.dumps(summary["mean"]))
+
+
+def run_grid(args: argparse.Namespace) -> None:
+    metric = registry.workload(args.workload).metric
+    keys = load_slice(args.config_json)["keys"]
+    rows = rank_runs([Path(r) for r in args.runs], args.workload, metric, keys, Path(args.out))
+    best = rows[0]
+    log.info("grid: best of %d runs is %s (%s %s)", len(rows), best["run"], metric, best[metric])

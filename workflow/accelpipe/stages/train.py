@@ -1,15 +1,16 @@
-"""`train`: one run in this process, or torchrun workers that each run `run_train`."""
+"""`train`: one run in this process, or launched workers (one per device) running `run_train`."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import shutil
 from pathlib import Path
 
-from accelpipe import devices, distributed, provenance, workloads
+from accelpipe import distributed, engines, provenance, registry, workloads
 from accelpipe.config import TrainConfig, load_slice, view
 from accelpipe.errors import ConfigError
 
@@ -27,7 +28,7 @@ def resume_dir(out: Path, args: argparse.Namespace) -> Path:
     key = hashlib.sha256()
     key.update(json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode())
     key.update(args.run.encode())
-    for name in ("config.json", "folds.json", "datalist.json", "classes.json"):  # the data split
+    for name in registry.workload(args.workload).split_files:
         path = Path(args.prepared) / name
         if path.exists():
             key.update(path.read_bytes())
@@ -63,23 +64,31 @@ def run_train(args: argparse.Namespace) -> None:
     """Train here, or launch the workers; in the workers rank 0 finishes the stage
     (stage.json, renaming the work dir onto --out)."""
     started = distributed.stage_started()
+    spec = engines.for_workload(args.workload)
+    engine = importlib.import_module(spec.module)
     cfg = load_slice(args.config_json)
     train_cfg = view(TrainConfig, cfg.get("train", {}))
-    if train_cfg.devices * train_cfg.nodes > 1 and not distributed.in_worker():
+    if train_cfg.devices * train_cfg.nodes > 1 and not engine.in_worker():
         _check_launch(args, train_cfg)
-        distributed.launch_training(train_cfg, worker_argv(args), args.threads)
+        engine.launch_training(train_cfg, worker_argv(args), args.threads)
         return
     # The node's CPUs are shared by its ranks.
-    devices.limit_threads(max(1, args.threads // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    engine.limit_threads(max(1, args.threads // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     out = Path(args.out)
     work_dir = resume_dir(out, args)
     work_dir.mkdir(parents=True, exist_ok=True)
     facts = workloads.get(args.workload).train(Path(args.prepared), args.run, cfg, work_dir)
     if facts is None:  # a rank other than 0: rank 0 finishes the stage
         return
-    (work_dir / "checkpoint.pt").unlink(missing_ok=True)
+    for name in spec.checkpoints:  # resume state has no place in the finished output
+        path = work_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    packages = provenance.package_versions(provenance.PACKAGES + spec.packages)
     provenance.write_stage(
-        work_dir, "train", started, workload=args.workload, run=args.run, **facts
+        work_dir, "train", started, workload=args.workload, run=args.run, packages=packages, **facts
     )
     if out.exists():
         shutil.rmtree(out)

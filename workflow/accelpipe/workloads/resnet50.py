@@ -18,9 +18,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from accelpipe import devices, distributed
+from accelpipe import distributed
 from accelpipe.config import TrainConfig
 from accelpipe.datasets.imagefolder import EvalTransform, IndexedImages, TrainTransform, make_loader
+from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.io import read_json, write_json
 from accelpipe.metrics import topk_correct
@@ -54,7 +55,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     size = cfg["model"]["image_size"]
 
     def make_job(
-        train_cfg: TrainConfig, device: devices.Device, ctx: distributed.DistContext
+        train_cfg: TrainConfig, device: torch_device.Device, ctx: distributed.DistContext
     ) -> TrainJob:
         dataset = IndexedImages(prepared, "train", TrainTransform(size=size))
         sampler = None
@@ -96,7 +97,7 @@ def _model_from_checkpoint(checkpoint: dict[str, Any]) -> ResNet:
 
 @torch.no_grad()
 def _count_correct(
-    model: torch.nn.Module, device: devices.Device, loader: DataLoader, classes: int
+    model: torch.nn.Module, device: torch_device.Device, loader: DataLoader, classes: int
 ) -> tuple[dict[int, int], np.ndarray, np.ndarray]:
     """Top-k hits over the loader, plus per-class (top-1 hits, images)."""
     hits = dict.fromkeys(TOPK, 0)

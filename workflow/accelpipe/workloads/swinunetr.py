@@ -20,9 +20,10 @@ import torch
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
-from accelpipe import devices, distributed
+from accelpipe import distributed
 from accelpipe.config import TrainConfig
 from accelpipe.datasets import volumes
+from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.io import read_json, write_json
 from accelpipe.metrics import dice_per_class
@@ -43,7 +44,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     label = read_json(prepared / "datalist.json").get("label", "GTV-1")
 
     def make_job(
-        train_cfg: TrainConfig, device: devices.Device, ctx: distributed.DistContext
+        train_cfg: TrainConfig, device: torch_device.Device, ctx: distributed.DistContext
     ) -> TrainJob:
         train = cfg["train"]
         loader = volumes.train_loader(
@@ -83,7 +84,7 @@ def _model_from_checkpoint(checkpoint: dict[str, Any]) -> torch.nn.Module:
 @torch.no_grad()
 def predict(
     model: torch.nn.Module,
-    device: devices.Device,
+    device: torch_device.Device,
     image: torch.Tensor,
     cfg: dict[str, Any],
     roi: tuple[int, int, int],

@@ -1,5 +1,8 @@
 """nnU-Net 2D on BraTS (MSD Task01): DynUNet2D, Dice+CE with deep supervision, Dice per label.
 
+Label values and names come from the prepared config.json (the `labels` of the task's
+dataset.json), so a `path:` copy of another MSD task is scored on its own labels.
+
 Runs are folds: `fold0` .. `fold<k-1>` of the 5-fold split written by prepare.
 
 Training may span several processes (started by torchrun, see `accelpipe.distributed`): each
@@ -18,9 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from accelpipe import devices, distributed
+from accelpipe import distributed
 from accelpipe.config import TrainConfig
 from accelpipe.datasets.slices import SliceBatches
+from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.errors import ConfigError
 from accelpipe.io import read_json, write_json
@@ -28,7 +32,6 @@ from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
 
-CLASSES = (1, 2, 3)
 _RUN = re.compile(r"fold(\d+)")
 
 
@@ -64,7 +67,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     cases = split(prepared, run)["train"]
 
     def make_job(
-        train_cfg: TrainConfig, device: devices.Device, ctx: distributed.DistContext
+        train_cfg: TrainConfig, device: torch_device.Device, ctx: distributed.DistContext
     ) -> TrainJob:
         steps = train_cfg.steps_per_epoch or len(cases)
 
@@ -101,13 +104,19 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     return run_training(cfg, work_dir, make_job)
 
 
+def label_names(data_cfg: dict[str, Any]) -> dict[int, str]:
+    """Foreground label value -> name, from a prepared config.json (dataset.json's labels)."""
+    labels = data_cfg.get("labels") or {str(c): str(c) for c in range(data_cfg["n_class"])}
+    return {int(k): str(v) for k, v in sorted(labels.items(), key=lambda kv: int(kv[0])) if int(k)}
+
+
 def _model_from_checkpoint(checkpoint: dict[str, Any]) -> DynUNet2D:
     return build_model(checkpoint["model"], checkpoint["data"])
 
 
 @torch.no_grad()
 def predict_volume(
-    model: torch.nn.Module, device: devices.Device, image: np.ndarray, batch_size: int
+    model: torch.nn.Module, device: torch_device.Device, image: np.ndarray, batch_size: int
 ) -> np.ndarray:
     """Label map (D, H, W) for a (C, D, H, W) volume, predicted slice by slice."""
     slices = torch.from_numpy(np.ascontiguousarray(image.transpose(1, 0, 2, 3)))
@@ -128,6 +137,8 @@ def evaluate(
     Writes metrics.json, per_case_dice.csv and predictions/<case>.npy into `out_dir`.
     """
     model, device, _ = load_for_eval(model_dir, cfg, _model_from_checkpoint)
+    names = label_names(read_json(prepared / "config.json"))
+    classes = tuple(names)
     (out_dir / "predictions").mkdir(parents=True)
     rows = []
     for case in split(prepared, run)["val"]:
@@ -135,22 +146,24 @@ def evaluate(
         target = np.load(prepared / f"{case}_y.npy", mmap_mode="r")[0]
         pred = predict_volume(model, device, image, cfg["evaluate"]["batch_size"])
         np.save(out_dir / "predictions" / f"{case}.npy", pred)
-        rows.append((case, dice_per_class(pred, target, CLASSES)))
+        rows.append((case, dice_per_class(pred, target, classes)))
     per_class = np.mean([d for _, d in rows], axis=0)
+    listed = ", ".join(f"{c} {name}" for c, name in names.items())
     metrics = {
         "workload": "unet2d",
         "run": run,
         "metric": "dice",
-        "dice": {str(c): round(float(v), 6) for c, v in zip(CLASSES, per_class, strict=True)},
+        "dice": {str(c): round(float(v), 6) for c, v in zip(classes, per_class, strict=True)},
+        "labels": {str(c): name for c, name in names.items()},
         "mean_dice": round(float(per_class.mean()), 6),
         "n_cases": len(rows),
-        "note": "Dice fractions 0..1 per label (1 edema, 2 non-enhancing, 3 enhancing), "
-        "averaged over validation volumes; a label absent from target and prediction scores 1",
+        "note": f"Dice fractions 0..1 per label ({listed}), averaged over validation volumes; "
+        "a label absent from target and prediction scores 1",
     }
     write_json(out_dir / "metrics.json", metrics)
     with (out_dir / "per_case_dice.csv").open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["case", *(f"dice_{c}" for c in CLASSES), "mean"])
+        writer.writerow(["case", *(f"dice_{name}" for name in names.values()), "mean"])
         for case, dice in rows:
             writer.writerow([case, *(f"{v:.6f}" for v in dice), f"{dice.mean():.6f}"])
     return metrics

@@ -1,0 +1,88 @@
+"""The one registry of workloads and datasets: what each is made of and where it runs.
+
+Rules, CLI, publish, provenance and tests read it. Adding a workload is its modules
+(`datasets/<dataset>.py`, `workloads/<name>.py`, its model) plus one entry here and its
+block in the config schema. This module imports no framework: Snakemake reads it while
+planning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accelpipe.errors import ConfigError
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    # The image its raw and prepare stages run in: the framework whose packages they
+    # import (TFRecord writing needs TensorFlow; NIfTI, DICOM and JPEG indexing need neither).
+    framework: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    dataset: str
+    variant: str  # data/prepared/<dataset>/<variant>
+    framework: str  # the engine that trains and evaluates it, and the image it runs in
+    # Files of the prepared folder that define the run's split: a changed split must not
+    # resume a run trained on the old one (they key the resume directory).
+    split_files: tuple[str, ...]
+    # The metrics.json key that ranks runs of a grid (higher is better); None: no grid.
+    metric: str | None = None
+
+
+DATASETS = {
+    d.name: d
+    for d in (
+        Dataset("brats", "pytorch"),
+        Dataset("nsclc", "pytorch"),
+        Dataset("imagenet", "pytorch"),
+        Dataset("coco", "tensorflow"),
+        Dataset("ade20k", "tensorflow"),
+    )
+}
+
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("unet2d", "brats", "2d", "pytorch", ("config.json", "folds.json")),
+        Workload("swinunetr", "nsclc", "nifti", "pytorch", ("datalist.json",)),
+        Workload("resnet50", "imagenet", "index", "pytorch", ("classes.json",)),
+        Workload("ssd", "coco", "tfrecord", "tensorflow", ("dataset.json",)),
+        Workload("segmenter", "ade20k", "tfrecord", "tensorflow", ("dataset.json",), "mIoU"),
+    )
+}
+
+
+def _known(names: object) -> str:
+    return ", ".join(sorted(names))  # type: ignore[call-overload]
+
+
+def workload(name: str) -> Workload:
+    """The registry entry of a workload; an unknown name is refused, listing the known ones."""
+    if name not in WORKLOADS:
+        raise ConfigError(f"unknown workload {name!r} (known: {_known(WORKLOADS)})")
+    return WORKLOADS[name]
+
+
+def dataset(name: str) -> Dataset:
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r} (known: {_known(DATASETS)})")
+    return DATASETS[name]
+
+
+def variant_owner(dataset_name: str, variant: str) -> Workload:
+    """The workload whose `prepare` settings define `data/prepared/<dataset>/<variant>`."""
+    dataset(dataset_name)
+    for w in WORKLOADS.values():
+        if (w.dataset, w.variant) == (dataset_name, variant):
+            return w
+    variants = {w.variant for w in WORKLOADS.values() if w.dataset == dataset_name}
+    raise ConfigError(
+        f"dataset {dataset_name!r} has no prepared variant {variant!r} (known: {_known(variants)})"
+    )
