@@ -1,6 +1,7 @@
 # accelpipe: dataset -> prepare -> train -> evaluate -> trace summary -> results.
-# Targets: results/unet2d/fold<k>, results/unet2d/cv, results/swinunetr/<run>,
-# results/resnet50/<run> (runs named in config.yaml). See README.md.
+# Targets: results/unet2d/fold<k>, results/unet2d/cv, results/<workload>/<run> for
+# swinunetr, resnet50, ssd and segmenter (runs and grid trials named in config.yaml),
+# results/<workload>/grid (trials ranked). See README.md.
 from snakemake.utils import min_version
 
 min_version("9.0")

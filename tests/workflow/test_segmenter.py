@@ -7,11 +7,15 @@ import csv
 import hashlib
 import json
 import math
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from accelpipe.datasets import ade20k
+from accelpipe.datasets.ade20k_synthetic import synthesize
+from tests.helpers.http_server import FileServer
 from tests.workflow.project import REPO, Project, make_project
 
 pytestmark = pytest.mark.e2e
@@ -138,6 +142,86 @@ def test_pretrained_encoder_npz_is_checked_and_loaded(project: Project, tmp_path
     assert failed.returncode != 0
     assert f"{npz}: sha256" in failed.stdout + failed.stderr
     assert published.read_bytes() == before  # the published run is left as it was
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _fails_naming(project: Project, needle: str, *config: str) -> str:
+    """RUNS[1] with --config overrides fails naming `needle`; the published results stay."""
+    before = project.fingerprint("results")
+    proc = project.snakemake(RUNS[1], GRID, "--config", *config, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert needle in output, output
+    assert "Traceback" not in output, output
+    assert project.fingerprint("results") == before
+    return output
+
+
+def _ade20k(**block: object) -> str:
+    return "datasets=" + json.dumps({"ade20k": block})
+
+
+@pytest.fixture
+def raw_copy(tmp_path: Path) -> Path:
+    """A user's own ADEChallengeData2016 folder (for `path:` sources)."""
+    return synthesize(tmp_path / "ADEChallengeData2016", 4, 2, size=(40, 32), seed=5)
+
+
+def test_wrong_sha1_of_the_download_is_named(
+    project: Project, raw_copy: Path, tmp_path: Path
+) -> None:
+    served = tmp_path / "served"
+    served.mkdir()
+    with zipfile.ZipFile(served / "ADEChallengeData2016.zip", "w") as zf:
+        for path in sorted(raw_copy.rglob("*")):
+            zf.write(path, f"{ade20k.ROOT}/{path.relative_to(raw_copy).as_posix()}")
+    wrong = "0" * 40
+    with FileServer(served) as server:
+        block = {"url": server.url("ADEChallengeData2016.zip"), "sha1": wrong}
+        out = _fails_naming(
+            project, "ADEChallengeData2016.zip", _ade20k(source="ade20k", download=block)
+        )
+    assert f"expected {wrong}" in out
+
+
+def test_missing_annotation_is_named(project: Project, raw_copy: Path) -> None:
+    (raw_copy / "annotations/training/ADE_train_00000002.png").unlink()
+    _fails_naming(project, "ADE_train_00000002", _ade20k(source=f"path:{raw_copy}"))
+
+
+def test_annotation_of_another_size_is_named(project: Project, raw_copy: Path) -> None:
+    from PIL import Image
+
+    label = raw_copy / "annotations/validation/ADE_val_00000001.png"
+    Image.open(label).resize((7, 5), Image.NEAREST).save(label)
+    out = _fails_naming(project, "ADE_val_00000001.png", _ade20k(source=f"path:{raw_copy}"))
+    assert "ADE_val_00000001.jpg" in out  # both files named
+
+
+def test_label_value_above_150_is_named(project: Project, raw_copy: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    label = raw_copy / "annotations/training/ADE_train_00000003.png"
+    values = np.array(Image.open(label))
+    values[0, 0] = 151
+    Image.fromarray(values).save(label)
+    out = _fails_naming(project, "ADE_train_00000003.png", _ade20k(source=f"path:{raw_copy}"))
+    assert "151" in out
+
+
+@pytest.mark.parametrize(
+    ("grid", "needle"),
+    [
+        ({"model.decoderr": ["mask"]}, "'segmenter.grid.model.decoderr'"),
+        ({"train.lr": []}, "'segmenter.grid.train.lr': [] should be non-empty"),
+    ],
+)
+def test_bad_grid_is_named_before_any_job(project: Project, grid: dict, needle: str) -> None:
+    out = _fails_naming(project, needle, "segmenter=" + json.dumps({"grid": grid}))
+    assert "Select jobs to execute" not in out  # refused while planning
 
 
 @pytest.mark.slow
