@@ -19,6 +19,9 @@ BENCHMARKS = (
     "bench_tfrecord.py",
     "bench_ssd_input.py",
     "bench_ssd_step.py",
+    "bench_segmenter_input.py",
+    "bench_segmenter_step.py",
+    "bench_grid.py",
 )
 
 

@@ -1,0 +1,125 @@
+"""Shared by the TensorFlow benchmarks (SSD, Segmenter): a workload's real train job captured
+from its `train`, built as tf_trainer.run_training builds it, its batches held in memory,
+the engine step timed on them, alternating rounds of two step variants, and the input
+pipeline's batches/s."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelpipe.config import ProfileConfig, TrainConfig, view
+from accelpipe.devices import tf_device
+from accelpipe.engines import tf_trainer
+from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
+
+Step = Callable[[Any, Any], tf.Tensor]
+
+
+def capture_job_factory(
+    train: Callable[[Path, str, dict[str, Any], Path], Any],
+    prepared: Path,
+    run: str,
+    cfg: dict[str, Any],
+    work_dir: Path,
+) -> JobFactory:
+    """The `make_job` a workload's `train(prepared, run, cfg, work_dir)` hands
+    tf_trainer.run_training, unchanged (run_training is stood in for while `train` runs)."""
+    captured: list[JobFactory] = []
+
+    def capture(cfg_: dict[str, Any], work_dir_: Path, make_job: JobFactory) -> dict:
+        captured.append(make_job)
+        return {}
+
+    real = tf_trainer.run_training
+    tf_trainer.run_training = capture
+    try:
+        train(prepared, run, cfg, work_dir)
+    finally:
+        tf_trainer.run_training = real
+    if len(captured) != 1:
+        raise RuntimeError(f"{train.__module__}.train no longer calls run_training once")
+    return captured[0]
+
+
+def build_trainer(
+    make_job: JobFactory, cfg: dict[str, Any], work_dir: Path
+) -> tuple[TFTrainJob, TFTrainer]:
+    """The job and trainer as tf_trainer.run_training builds them in a one-process run
+    (device policy, seed, then the job and a TFTrainer with the profiler off)."""
+    train_cfg = view(TrainConfig, cfg["train"])
+    device = tf_device.resolve(cfg["backend"], train_cfg.precision)
+    device.apply_policy()
+    keras.utils.set_random_seed(train_cfg.seed)
+    with tf.device(device.device):
+        job = make_job(train_cfg, device)
+        trainer = TFTrainer(job, device, train_cfg, ProfileConfig(False), work_dir)
+    return job, trainer
+
+
+def fetch_batches(job: TFTrainJob, trainer: TFTrainer, count: int) -> list[Any]:
+    """`count` batches of the job's epoch-0 pipeline, held in memory."""
+    batches = iter(job.dataset(0, trainer.shard))
+    return [next(batches) for _ in range(count)]
+
+
+def step_seconds(step: Step, batches: list[Any], steps: int) -> tuple[float, float]:
+    """(wall, process CPU) seconds per step over `steps` steps cycling `batches`, the loss
+    read at the end. CPU time is less hit by other jobs' load."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    loss = None
+    for i in range(steps):
+        inputs, targets = batches[i % len(batches)]
+        loss = step(inputs, targets)
+    float(loss)
+    return (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
+
+
+def alternate(
+    variants: dict[str, Step], batches: list[Any], rounds: int, steps: int, warmup_steps: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per-step (wall, CPU) seconds of each variant per round after `warmup_steps` untimed
+    steps of each (the first traces), the order flipped every round (A B B A A B ...) so
+    drift and other jobs' load hit both alike."""
+    for fn in variants.values():
+        step_seconds(fn, batches, warmup_steps)
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            w, c = step_seconds(variants[name], batches, steps)
+            wall[name].append(w)
+            cpu[name].append(c)
+    return wall, cpu
+
+
+def input_rate(dataset: tf.data.Dataset, warmup: int, count: int, rounds: int) -> float:
+    """Median batches/s of `rounds` runs of `count` batches, each after `warmup` batches
+    (the reader start-up and the prefetch fill are not throughput)."""
+    rates = []
+    for _ in range(rounds):
+        batches = iter(dataset)
+        for _ in range(warmup):
+            next(batches)
+        started = time.perf_counter()
+        for _ in range(count):
+            next(batches)
+        rates.append(count / (time.perf_counter() - started))
+    return statistics.median(rates)
+
+
+def same_weights(a: keras.Model, b: keras.Model) -> bool:
+    wa, wb = a.get_weights(), b.get_weights()
+    return len(wa) == len(wb) and all(np.array_equal(x, y) for x, y in zip(wa, wb, strict=True))
+
+
+def sig(x: float, digits: int = 4) -> float:
+    """`x` to `digits` significant digits (step rates of the full models are ~0.03/s)."""
+    return float(f"{x:.{digits}g}")
