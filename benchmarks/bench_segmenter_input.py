@@ -47,7 +47,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tf_bench import (  # the sibling module (sys.path[0] when run as a script)
+import tf_bench  # the sibling module (sys.path[0] when run as a script)
+from tf_bench import (
     build_trainer,
     capture_job_factory,
     fetch_batches,
@@ -70,15 +71,8 @@ ADE20K_SIZE = (683, 512)  # (W, H): ADE20K's typical image
 
 
 def make_prepared(scratch: Path, images: int, size: tuple[int, int], shards: int) -> Path:
-    """Synthetic ADE20K TFRecords (train-*.tfrecord, val-*.tfrecord, dataset.json) in scratch."""
-    raw_cfg = {
-        "source": "synthetic",
-        "synthetic": {"train_images": images, "val_images": 2, "size": list(size), "seed": 0},
-    }
-    raw = scratch / "raw"
-    ade20k.make_raw(raw_cfg, raw, scratch / "downloads")
-    options = {"prepare": {"train_shards": shards, "val_shards": 1}}
-    return ade20k.prepare_variant("tfrecord", raw, scratch / "prepared", options, workers=2)
+    """Synthetic ADE20K TFRecords in scratch (tf_bench.make_prepared)."""
+    return tf_bench.make_prepared(ade20k, scratch, images, size, shards)
 
 
 def train_slice(

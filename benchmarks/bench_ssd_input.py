@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tf_bench import (  # the sibling module (sys.path[0] when run as a script)
+import tf_bench  # the sibling module (sys.path[0] when run as a script)
+from tf_bench import (
     build_trainer,
     capture_job_factory,
     fetch_batches,
@@ -58,15 +59,8 @@ RUN = "fp32"  # the default run whose train slice the benchmark starts from
 
 
 def make_prepared(scratch: Path, images: int, size: tuple[int, int], shards: int) -> Path:
-    """Synthetic COCO TFRecords (train-*.tfrecord, val-*.tfrecord, dataset.json) in scratch."""
-    raw_cfg = {
-        "source": "synthetic",
-        "synthetic": {"train_images": images, "val_images": 2, "size": list(size), "seed": 0},
-    }
-    raw = scratch / "raw"
-    coco.make_raw(raw_cfg, raw, scratch / "downloads")
-    options = {"prepare": {"train_shards": shards, "val_shards": 1}}
-    return coco.prepare_variant("tfrecord", raw, scratch / "prepared", options, workers=2)
+    """Synthetic COCO TFRecords in scratch (tf_bench.make_prepared)."""
+    return tf_bench.make_prepared(coco, scratch, images, size, shards)
 
 
 def train_slice(width: int, batch: int, precision: str, compile_: bool) -> dict[str, Any]:

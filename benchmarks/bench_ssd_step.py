@@ -31,10 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
-from operator import truediv
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +41,7 @@ from bench_ssd_input import (  # the sibling script (sys.path[0] when run as a s
     make_prepared,
     train_slice,
 )
-from tf_bench import alternate, fetch_batches, same_weights
+from tf_bench import alternate, fetch_batches, same_weights, step_ratio
 
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.keras2 import keras, tf
@@ -110,7 +108,6 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    ratio = statistics.median(map(truediv, times["ours"], times["minimal"]))
     result: dict[str, Any] = {
         "bench": "ssd_step",
         "device": "cpu",
@@ -120,18 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rounds": args.rounds,
         "steps_per_round": args.steps,
         "same_init": same_init,
-        "target": TARGET,
-        "ratio": round(ratio, 4),
-        "meets_target": ratio <= TARGET,
-        "ratio_of_medians": round(
-            statistics.median(times["ours"]) / statistics.median(times["minimal"]), 4
-        ),
-        "ratio_of_best": round(min(times["ours"]) / min(times["minimal"]), 4),
-        # CPU time of this process: less hit by other jobs' load than wall time.
-        "ratio_cpu_time": round(statistics.median(map(truediv, cpu["ours"], cpu["minimal"])), 4),
-        "step_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
-        "step_ms_rounds": {k: [round(t * 1e3, 1) for t in v] for k, v in times.items()},
-        "cpu_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in cpu.items()},
+        **step_ratio(times, cpu, TARGET),
     }
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")

@@ -8,7 +8,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from operator import truediv
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,21 @@ from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
 
 Step = Callable[[Any, Any], tf.Tensor]
+
+
+def make_prepared(
+    dataset: ModuleType, scratch: Path, images: int, size: tuple[int, int], shards: int
+) -> Path:
+    """Synthetic TFRecords of `dataset` (datasets.coco or datasets.ade20k: train-*.tfrecord,
+    val-*.tfrecord, dataset.json) in scratch, made by the package's own raw and prepare code."""
+    raw_cfg = {
+        "source": "synthetic",
+        "synthetic": {"train_images": images, "val_images": 2, "size": list(size), "seed": 0},
+    }
+    raw = scratch / "raw"
+    dataset.make_raw(raw_cfg, raw, scratch / "downloads")
+    options = {"prepare": {"train_shards": shards, "val_shards": 1}}
+    return dataset.prepare_variant("tfrecord", raw, scratch / "prepared", options, workers=2)
 
 
 def capture_job_factory(
@@ -98,6 +115,28 @@ def alternate(
             wall[name].append(w)
             cpu[name].append(c)
     return wall, cpu
+
+
+def step_ratio(
+    times: dict[str, list[float]], cpu: dict[str, list[float]], target: float
+) -> dict[str, Any]:
+    """ours vs minimal from `alternate`'s per-round seconds: the median of the per-round
+    ratios (the headline), two cross-checks and the per-variant step times."""
+    ratio = statistics.median(map(truediv, times["ours"], times["minimal"]))
+    return {
+        "target": target,
+        "ratio": round(ratio, 4),
+        "meets_target": ratio <= target,
+        "ratio_of_medians": round(
+            statistics.median(times["ours"]) / statistics.median(times["minimal"]), 4
+        ),
+        "ratio_of_best": round(min(times["ours"]) / min(times["minimal"]), 4),
+        # CPU time of this process: less hit by other jobs' load than wall time.
+        "ratio_cpu_time": round(statistics.median(map(truediv, cpu["ours"], cpu["minimal"])), 4),
+        "step_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
+        "step_ms_rounds": {k: [round(t * 1e3, 1) for t in v] for k, v in times.items()},
+        "cpu_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in cpu.items()},
+    }
 
 
 def input_rate(dataset: tf.data.Dataset, warmup: int, count: int, rounds: int) -> float:
