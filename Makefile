@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CORES ?= 8
+# pytest processes (pytest-xdist, a test file per process at a time): `make test TEST_WORKERS=1`
+TEST_WORKERS ?= 2
 TARGET ?= results/unet2d/fold0
 export PATH := $(BIN):$(PATH)
 
@@ -38,7 +40,7 @@ test: venv
 	$(BIN)/ruff check .
 	$(BIN)/snakefmt --check Snakefile rules/
 	$(BIN)/snakemake --lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) test-tf215
 
 # The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15.
