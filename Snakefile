@@ -1,7 +1,9 @@
 # accelpipe: dataset -> prepare -> train -> evaluate -> trace summary -> results.
 # Targets: results/unet2d/fold<k>, results/unet2d/cv, results/<workload>/<run> for
 # swinunetr, resnet50, ssd and segmenter (runs and grid trials named in config.yaml),
-# results/<workload>/grid (trials ranked). See README.md.
+# results/<workload>/grid (trials ranked), results/<workload>/benchmark (train-step
+# throughput per batch size x precision), results/compare (every finished run on one page).
+# See README.md.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -19,6 +21,8 @@ include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/trace.smk"
 include: "rules/publish.smk"
+include: "rules/benchmark.smk"
+include: "rules/compare.smk"
 include: "rules/images.smk"
 
 

@@ -12,9 +12,10 @@ sys.path.insert(0, str(PACKAGE_ROOT))
 
 from accelpipe import containers, provenance, registry, stage_config, targets
 from accelpipe.codegraph import stage_code
+from accelpipe.compare.runs import finished_runs, run_files
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
-from accelpipe.errors import ConfigError
+from accelpipe.errors import AccelpipeError, ConfigError
 from accelpipe.stages import entry_modules
 
 try:
@@ -69,7 +70,8 @@ wildcard_constraints:
     workload="[a-z0-9]+",
     dataset="[a-z0-9]+",
     variant="[a-z0-9]+",
-    run="(?!(cv|grid)$)[A-Za-z0-9_-]+",
+    run="(?!(cv|grid|benchmark|compare)$)[A-Za-z0-9_-]+",
+    row="(auto|bf16|fp16|fp32)-b[1-9][0-9]*",
 
 
 def host_paths():
@@ -134,7 +136,7 @@ def checked(check, *args):
     """Run a `targets` check; a target the config cannot have stops the plan, naming the key."""
     try:
         return check(*args)
-    except ConfigError as err:
+    except AccelpipeError as err:  # a bad key, or a bad data file it reads
         raise WorkflowError(f"invalid target: {err}") from None
 
 
@@ -262,3 +264,66 @@ def grid_results(wildcards):
 def grid_config(wildcards):
     """The grid's keys (its columns); the runs themselves are the rule's inputs."""
     return as_json({"keys": sorted(config[wildcards.workload]["grid"])})
+
+
+def benchmark_row_train(wildcards):
+    """A benchmark row's train settings (its precision and global batch applied)."""
+    return checked(
+        stage_config.benchmark_row, config, wildcards.workload, wildcards.row
+    )["train"]
+
+
+def benchmark_accelerators(wildcards):
+    """A benchmark row leases its devices as a train job does: each row its own cards."""
+    if config["backend"] == "cpu":
+        return 0
+    return benchmark_row_train(wildcards)["devices"]
+
+
+def benchmark_gpus(wildcards):
+    if config["backend"] not in ("cuda", "rocm"):
+        return 0
+    settings = benchmark_row_train(wildcards)
+    return settings["devices"] * settings["nodes"]
+
+
+def benchmark_nodes(wildcards):
+    return benchmark_row_train(wildcards)["nodes"]
+
+
+def benchmark_row_config(wildcards):
+    return stage_json(stage_config.benchmark_row, wildcards.workload, wildcards.row)
+
+
+def benchmark_run(wildcards):
+    return checked(targets.benchmark_run, config, wildcards.workload)
+
+
+def benchmark_rows(wildcards):
+    rows = checked(targets.benchmark_rows, config, wildcards.workload)
+    return [f"work/{wildcards.workload}/benchmark/{row}" for row in rows]
+
+
+def benchmark_config(wildcards):
+    return stage_json(stage_config.benchmark, wildcards.workload)
+
+
+def compare_runs(wildcards):
+    """results/compare: every finished run's folder as Snakemake plans; none is one message."""
+    runs = finished_runs(Path("results"))
+    if not runs:
+        raise WorkflowError(
+            "results/compare: no finished run yet (no results/<workload>/<run>/provenance.json); "
+            "make runs first, e.g. `snakemake results/resnet50/fp32`, then results/compare in a "
+            "command of its own (it compares the runs that exist when Snakemake starts)"
+        )
+    return [str(run) for run in runs]
+
+
+def compare_inputs(wildcards):
+    """The files of those runs that the page shows: a re-published run re-runs compare."""
+    return [str(f) for run in compare_runs(wildcards) for f in run_files(Path(run))]
+
+
+def compare_config(wildcards):
+    return as_json({"cost": config["cost"]})

@@ -50,6 +50,8 @@ def test_validate_does_not_modify_its_input() -> None:
         ({"unet2d": {"prepare": {"patch_size": [64]}}}, "'unet2d.prepare.patch_size'"),
         ({"datasets": {"brats": {"source": "ftp://x"}}}, "'datasets.brats.source'"),
         ({"unet2d": {"profile": {"schedule": {"active": 0}}}}, "'unet2d.profile.schedule.active'"),
+        ({"cost": {"per_hour": {"tpu": 1.0}}}, "'cost.per_hour.tpu'"),
+        ({"cost": {"per_hour": {"cuda": -1}}}, "'cost.per_hour.cuda'"),
     ],
 )
 def test_bad_keys_and_values_are_named(config: dict, named: str) -> None:
@@ -82,6 +84,12 @@ def test_unknown_ssd_and_coco_keys_are_named(config: dict, named: str) -> None:
     message = str(err.value)
     assert message.startswith(f"unknown config key '{named}' (allowed here: ")
     assert "\n" not in message
+
+
+def test_cost_has_no_price_unless_given_one_per_backend() -> None:
+    assert validate({})["cost"] == {"per_hour": {}}
+    given = validate({"cost": {"per_hour": {"cuda": "4.5", "gaudi": 3}}})  # --config: strings
+    assert given["cost"]["per_hour"] == {"cuda": 4.5, "gaudi": 3}
 
 
 def test_strings_from_the_command_line_take_the_schema_types() -> None:

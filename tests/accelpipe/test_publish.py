@@ -8,22 +8,39 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
+from accelpipe.engines.train_log import LOG_FIELDS, log_row
 from accelpipe.errors import DataError
+from accelpipe.performance import PERFORMANCE_FILE
 from accelpipe.publish import RUN_FILES, aggregate_folds, publish_run
+
+# What the publish slice carries besides the workload's block (stage_config.publish).
+SLICE = {"performance": {"warmup_steps": 1}, "reference_figures": []}
+TRAIN_FACTS = {
+    "workload": "unet2d",
+    "run": "fold0",
+    "backend": "cpu",
+    "device": "cpu (x86_64)",
+    "precision": "fp32",
+    "steps": 2,
+    "world_size": 1,
+    "global_batch": 4,
+}
 
 
 def _stage_dirs(root: Path) -> dict[str, Path]:
     dirs = {name: root / name for name in ("raw", "prepare", "train", "evaluate", "trace")}
     for name, folder in dirs.items():
         folder.mkdir()
-        facts = (
-            {"backend": "cpu", "device": "cpu (x86_64)", "precision": "fp32"}
-            if name == "train"
-            else {}
-        )
+        facts = TRAIN_FACTS if name == "train" else {}
         (folder / "stage.json").write_text(json.dumps({"stage": name, "seconds": 1.5, **facts}))
     for stage, name, _ in RUN_FILES:
         (dirs[stage] / name).write_text(f"{stage}/{name}")
+    with (dirs["train"] / "train_log.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        writer.writeheader()
+        for step in (1, 2):
+            writer.writerow(log_row(0, step, 1.0, 0.1, 4, 0.01, 0.1, profiled=False))
     (dirs["train"] / "model.pt").write_text("weights")
     return dirs
 
@@ -31,7 +48,7 @@ def _stage_dirs(root: Path) -> dict[str, Path]:
 def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
     dirs = _stage_dirs(tmp_path)
     out = tmp_path / "results/unet2d/fold0"
-    publish_run(dirs, {"unet2d": {"train": {"lr": 0.1}}}, out, "model.pt")
+    publish_run(dirs, SLICE | {"unet2d": {"train": {"lr": 0.1}}}, out, "model.pt")
     for _, _, target in RUN_FILES:
         assert (out / target).exists()
     assert (out / "model.pt").read_text() == "weights"
@@ -39,16 +56,26 @@ def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
     assert prov["device"] == "cpu (x86_64)" and prov["config"]["unet2d"]["train"]["lr"] == 0.1
     assert prov["stages"]["train"]["seconds"] == 1.5
     assert set(prov["git"]) == {"commit", "dirty"}
+    performance = json.loads((out / PERFORMANCE_FILE).read_text())
+    assert (performance["workload"], performance["run"]) == ("unet2d", "fold0")
+    assert performance["steps"] == {
+        "total": 2,
+        "logged": 2,
+        "warmup": 1,
+        "profiled_excluded": 0,
+        "measured": 1,
+    }
+    assert performance["reference"] is None and "cpu" in performance["reference_note"]
 
 
 def test_publish_with_a_missing_output_names_it_and_keeps_the_old_folder(tmp_path: Path) -> None:
     dirs = _stage_dirs(tmp_path)
     out = tmp_path / "result"
-    publish_run(dirs, {}, out, "model.pt")
+    publish_run(dirs, SLICE, out, "model.pt")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     (dirs["trace"] / "step_breakdown.png").unlink()
     with pytest.raises(DataError, match=r"step_breakdown\.png"):
-        publish_run(dirs, {}, out, "model.pt")
+        publish_run(dirs, SLICE, out, "model.pt")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -67,3 +94,21 @@ def test_cross_validation_means(tmp_path: Path) -> None:
     with (tmp_path / "cv/cv_dice.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [r["fold"] for r in rows] == ["fold0", "fold1", "mean"]
+
+
+def test_publish_copies_the_profiler_tables_and_memory_snapshot_where_present(
+    tmp_path: Path,
+) -> None:
+    dirs = _stage_dirs(tmp_path)
+    publish_run(dirs, SLICE, tmp_path / "without", "model.pt")
+    assert not {PROFILER_TABLES, MEMORY_SNAPSHOT} & {
+        p.name for p in (tmp_path / "without").iterdir()
+    }
+    tables = dirs["trace"] / PROFILER_TABLES
+    tables.mkdir()
+    (tables / "trace_step000004.key_averages.txt").write_text("table")
+    (dirs["trace"] / MEMORY_SNAPSHOT).write_bytes(b"snapshot")
+    out = tmp_path / "with"
+    publish_run(dirs, SLICE, out, "model.pt")
+    assert (out / PROFILER_TABLES / "trace_step000004.key_averages.txt").read_text() == "table"
+    assert (out / MEMORY_SNAPSHOT).read_bytes() == b"snapshot"

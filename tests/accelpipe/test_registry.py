@@ -27,6 +27,13 @@ def test_each_workload_has_its_modules_config_block_and_engine(name: str) -> Non
     assert engine.module in entry_modules("train", name)
 
 
+@pytest.mark.parametrize("name", sorted(registry.WORKLOADS))
+def test_each_workload_names_its_metric_and_has_a_grid_where_the_schema_does(name: str) -> None:
+    entry = registry.WORKLOADS[name]
+    assert entry.metric  # a metrics.json key: results/compare reads it for every run
+    assert entry.grid == ("grid" in schema()["properties"][name]["properties"])
+
+
 @pytest.mark.parametrize("name", sorted(registry.DATASETS))
 def test_each_dataset_has_its_module_and_a_workload(name: str) -> None:
     assert importlib.util.find_spec(f"accelpipe.datasets.{name}") is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from accelpipe import targets
 from accelpipe.config import validate
 from accelpipe.errors import ConfigError
 from accelpipe.targets import (
@@ -58,3 +59,27 @@ def test_datasets_and_variants() -> None:
         check_dataset("kits")
     with pytest.raises(ConfigError, match=r"'brats' has no prepared variant '3d' \(known: 2d\)"):
         variant_owner("brats", "3d")
+
+
+def test_benchmark_rows_are_every_precision_times_batch_size() -> None:
+    config = validate({"ssd": {"benchmark": {"batch_sizes": [8, 16], "precisions": ["bf16"]}}})
+    assert targets.benchmark_rows(config, "ssd") == ["bf16-b8", "bf16-b16"]
+    assert targets.check_benchmark_row(config, "ssd", "bf16-b16") == ("bf16", 16)
+
+
+def test_benchmark_batch_sizes_default_to_the_train_batch(config: dict) -> None:
+    batch = config["resnet50"]["train"]["batch_size"]
+    assert targets.benchmark_rows(config, "resnet50") == [f"bf16-b{batch}", f"fp32-b{batch}"]
+
+
+def test_a_benchmark_row_the_config_lacks_names_both_keys(config: dict) -> None:
+    with pytest.raises(ConfigError) as err:
+        targets.check_benchmark_row(config, "ssd", "fp16-b128")
+    assert "'ssd.benchmark.precisions'" in str(err.value)
+    assert "'ssd.benchmark.batch_sizes'" in str(err.value)
+    assert "bf16-b128, fp32-b128" in str(err.value)
+
+
+def test_benchmark_rows_train_as_fold0_where_there_are_folds(config: dict) -> None:
+    assert targets.benchmark_run(config, "unet2d") == "fold0"
+    assert targets.benchmark_run(config, "ssd") == "benchmark"

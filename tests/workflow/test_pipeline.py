@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tests.workflow.project import Project, head_commit
+from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
+from tests.helpers.tensorboard import read_scalars
+from tests.workflow.project import TINY_CONFIG, Project, head_commit
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +55,13 @@ def test_fold0_result_folder_is_complete(project: Project) -> None:
         summary["sections"]
     )
     assert summary["sections"]["forward"]["count"] == 2  # the 2 active profiler steps
+    assert summary["memory"]["sections"]["forward"]["cpu"] > 0  # from the [memory] events
     assert (result / "step_breakdown.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The one profiler cycle's key-averages table; no memory snapshot on the CPU.
+    tables = result / "profiler_tables"
+    assert [p.name for p in tables.iterdir()] == ["trace_step000004.key_averages.txt"]
+    assert "forward" in (tables / "trace_step000004.key_averages.txt").read_text()
+    assert not (result / "memory_snapshot.pickle").exists()
 
     provenance = json.loads((result / "provenance.json").read_text())
     assert provenance["backend"] == "cpu" and provenance["device"].startswith("cpu")
@@ -60,6 +69,41 @@ def test_fold0_result_folder_is_complete(project: Project) -> None:
     assert {"raw", "prepare", "train", "evaluate", "trace"} <= set(provenance["stages"])
     assert provenance["packages"]["torch"].startswith("2.")
     assert provenance["git"] == {"commit": head_commit(project.root), "dirty": False}
+    _check_performance(result, log, provenance)
+    # TensorBoard: the train log's scalars and the evaluation's metrics at the last step
+    work = project.root / "work/unet2d/fold0"
+    assert list((work / "train/tensorboard").glob("events.out.tfevents.*"))
+    assert read_scalars(work / "eval/tensorboard")["eval/mean_dice"] == [
+        (len(log), pytest.approx(metrics["mean_dice"], rel=1e-6))
+    ]
+
+
+def _check_performance(result: Path, log: list[dict], provenance: dict) -> None:
+    """performance.json equals a recomputation from the published train_log.csv."""
+    performance = json.loads((result / "performance.json").read_text())
+    warmup = TINY_CONFIG["performance"]["warmup_steps"]
+    assert TINY_CONFIG["unet2d"]["profile"]["schedule"] == TINY_SCHEDULE
+    assert [int(r["step"]) for r in log if r["profiled"] == "1"] == PROFILED_STEPS
+    measured = [r for r in log[warmup:] if r["profiled"] == "0"]
+    assert performance["steps"] == {
+        "total": len(log),
+        "logged": len(log),
+        "warmup": warmup,
+        "profiled_excluded": len(log) - warmup - len(measured),
+        "measured": len(measured),
+    }
+    for column in ("samples_per_s", "step_ms"):
+        values = [float(r[column]) for r in measured]
+        assert performance[column] == pytest.approx(
+            {q: np.percentile(values, p) for q, p in (("median", 50), ("p10", 10), ("p90", 90))},
+            abs=1e-3,
+        )
+    waited, took = (sum(float(r[c]) for r in measured) for c in ("data_wait_ms", "step_ms"))
+    assert performance["data_wait_share"] == pytest.approx(waited / took, abs=1e-4)
+    assert performance["time_to_train_s"] == provenance["stages"]["train"]["seconds"]
+    assert performance["peak_device_memory_bytes"] is None  # the cpu keeps no count
+    assert performance["peak_host_rss_bytes"] > 0
+    assert performance["reference"] is None and "cpu" in performance["reference_note"]
 
 
 def test_second_run_has_nothing_to_do(project: Project) -> None:

@@ -115,3 +115,40 @@ def test_import_without_the_train_tar_names_the_key(project: Project) -> None:
     assert "datasets.imagenet.import.train_tar" in output, output
     assert "Traceback" not in output, output
     assert project.fingerprint("results") == before
+
+
+BENCHMARK = "results/resnet50/benchmark"
+
+
+def test_benchmark_rows_are_train_only_jobs_whose_table_matches_their_logs(
+    project: Project,
+) -> None:
+    planned = project.planned_jobs(BENCHMARK)
+    assert planned == {"benchmark_row": 2, "benchmark": 1}  # one job per row, no evaluate
+    project.snakemake(BENCHMARK)
+    table = json.loads((project.root / BENCHMARK / "benchmark.json").read_text())
+    assert [r["row"] for r in table["rows"]] == ["fp32-b4", "fp32-b8"]
+    for row in table["rows"]:
+        train = project.root / "work/resnet50/benchmark" / row["row"]
+        stage = json.loads((train / "stage.json").read_text())
+        assert (stage["steps"], stage["global_batch"]) == (6, row["global_batch"])
+        assert stage["precision"] == row["precision"] == "fp32"
+        with (train / "train_log.csv").open() as f:
+            logged = list(csv.DictReader(f))
+        measured = logged[2:]  # warmup_steps: 2 of the tiny config; no profiled steps
+        assert row["steps_measured"] == len(measured) == 4
+        rates = sorted(float(r["samples_per_s"]) for r in measured)
+        assert row["samples_per_s"] == pytest.approx((rates[1] + rates[2]) / 2, rel=1e-3)
+        assert row["peak_host_rss_bytes"] > 0 and row["peak_device_memory_bytes"] is None
+    with (project.root / BENCHMARK / "benchmark.csv").open() as f:
+        assert [r["row"] for r in csv.DictReader(f)] == ["fp32-b4", "fp32-b8"]
+    assert (project.root / BENCHMARK / "benchmark.png").stat().st_size > 0
+
+
+def test_a_benchmark_setting_reruns_the_benchmark_only(project: Project) -> None:
+    project.snakemake(BENCHMARK)
+    override = "resnet50=" + json.dumps({"benchmark": {"steps": 5}})
+    assert project.planned_jobs(*RUNS, BENCHMARK, "--config", override) == {
+        "benchmark_row": 2,
+        "benchmark": 1,
+    }

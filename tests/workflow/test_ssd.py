@@ -81,6 +81,12 @@ def test_trace_summary_has_the_tensorflow_sections(project: Project) -> None:
     assert {"step", "forward", "loss", "backward", "optimizer_step"} <= sections
     assert {"loader_first", "loader_next"} & sections
     assert summary["steps"]["count"] == 2  # profile.schedule active: 2
+    assert summary["memory"] is None  # TF traces carry no [memory] events
+    tables = project.root / RUNS[1] / "profiler_tables"
+    assert [p.name for p in tables.iterdir()] == ["trace_step000004.framework_op_stats.csv"]
+    with (tables / "trace_step000004.framework_op_stats.csv").open(newline="") as f:
+        ops = [row["Operation Name"] for row in csv.DictReader(f)]
+    assert any(op.startswith("forward/") for op in ops)
 
 
 def test_rerun_is_a_no_op_and_a_run_override_retrains_only_that_run(project: Project) -> None:
@@ -89,17 +95,6 @@ def test_rerun_is_a_no_op_and_a_run_override_retrains_only_that_run(project: Pro
     changed = "ssd=" + json.dumps({"runs": runs})
     jobs = project.planned_jobs(*RUNS, "--config", changed)
     assert jobs == {"train": 1, "evaluate": 1, "summarize_trace": 1, "publish_run": 1}
-
-
-def test_two_worker_run_shards_the_global_batch(project: Project) -> None:
-    """devices: 2 trains with MultiWorkerMirroredStrategy: two processes, each half of the
-    global batch of 4 from its own share of the records."""
-    project.snakemake("work/ssd/ddp/train")
-    stage = json.loads((project.root / "work/ssd/ddp/train/stage.json").read_text())
-    assert (stage["world_size"], stage["global_batch"], stage["steps"]) == (2, 4, 6)
-    with (project.root / "work/ssd/ddp/train/train_log.csv").open() as f:
-        losses = [float(r["loss"]) for r in csv.DictReader(f)]
-    assert len(losses) == 6 and all(0 < v < 100 for v in losses)
 
 
 def test_pretrained_backbone_is_loaded_and_its_frozen_layers_kept(
@@ -162,3 +157,18 @@ def _untrained_metrics(project: Project, out: Path) -> dict:
     cfg = stage_config.evaluate(config, "ssd", "fp32")
     prepared = project.root / "data/prepared/coco/tfrecord"
     return ssd.evaluate(prepared, "untrained", cfg, model_dir, out)
+
+
+def test_benchmark_rows_run_each_precision_in_the_tensorflow_engine(project: Project) -> None:
+    project.snakemake("results/ssd/benchmark")
+    table = json.loads((project.root / "results/ssd/benchmark/benchmark.json").read_text())
+    assert [(r["row"], r["precision"]) for r in table["rows"]] == [
+        ("bf16-b4", "bf16"),
+        ("fp32-b4", "fp32"),
+    ]
+    for row in table["rows"]:
+        stage = json.loads(
+            (project.root / "work/ssd/benchmark" / row["row"] / "stage.json").read_text()
+        )
+        assert (stage["steps"], stage["precision"]) == (4, row["precision"])
+        assert row["steps_measured"] == 3 and row["samples_per_s"] > 0

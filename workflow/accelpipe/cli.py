@@ -131,6 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
         ("--out", "grid folder"),
     )
     grid.add_argument("--runs", nargs="+", required=True, help="published run folders")
+    bench = _add(
+        sub,
+        "benchmark",
+        "tabulate the benchmark rows of a workload",
+        ("--workload", "workload name"),
+        cfg,
+        ("--out", "benchmark folder"),
+    )
+    bench.add_argument("--rows", nargs="+", required=True, help="benchmark rows' train outputs")
+    compare = _add(
+        sub,
+        "compare",
+        "one page comparing every finished run",
+        cfg,
+        ("--out", "compare folder"),
+    )
+    compare.add_argument("--runs", nargs="+", required=True, help="published run folders")
     images = sub.add_parser("images", help="tag or build the container image of a backend")
     images.add_argument("action", choices=("tag", "build"))
     images.add_argument("--backend", required=True, help="cpu, cuda, rocm or gaudi")

@@ -8,7 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from accelpipe import provenance
+from accelpipe import performance, provenance
+from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
 
@@ -35,11 +36,20 @@ def _evaluation_tables(eval_dir: Path) -> list[Path]:
     )
 
 
+def _copy_profiler_outputs(trace_dir: Path, out: Path) -> None:
+    """The per-cycle profiler tables (a folder) and the memory snapshot, where the run has
+    them: the trace stage gathered them from the train stage's traces."""
+    if (trace_dir / PROFILER_TABLES).is_dir():
+        shutil.copytree(trace_dir / PROFILER_TABLES, out / PROFILER_TABLES)
+    if (trace_dir / MEMORY_SNAPSHOT).exists():
+        shutil.copy2(trace_dir / MEMORY_SNAPSHOT, out / MEMORY_SNAPSHOT)
+
+
 def publish_run(
     stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: Path, weights: str
 ) -> None:
     """Copy the run's artifacts (`weights`: the engine's model file) into `out` and write
-    provenance.json, atomically."""
+    provenance.json and performance.json, atomically."""
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for stage, name, target in (("train", weights, weights), *RUN_FILES):
@@ -49,7 +59,13 @@ def publish_run(
             shutil.copy2(source, tmp / target)
         for table in _evaluation_tables(stage_dirs["evaluate"]):
             shutil.copy2(table, tmp / table.name)
+        _copy_profiler_outputs(stage_dirs["trace"], tmp)
         write_json(tmp / "provenance.json", provenance.build(stage_dirs, config_slice))
+        train = read_json(stage_dirs["train"] / provenance.STAGE_FILE)
+        facts = performance.run_performance(
+            stage_dirs, config_slice, train["workload"], train["run"]
+        )
+        write_json(tmp / performance.PERFORMANCE_FILE, facts)
 
 
 def aggregate_folds(run_dirs: list[Path], out: Path) -> dict[str, Any]:

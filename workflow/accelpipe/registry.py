@@ -32,8 +32,11 @@ class Workload:
     # Files of the prepared folder that define the run's split: a changed split must not
     # resume a run trained on the old one (they key the resume directory).
     split_files: tuple[str, ...]
-    # The metrics.json key that ranks runs of a grid (higher is better); None: no grid.
-    metric: str | None = None
+    # The metrics.json key of the quality metric (a number, higher is better): results/compare
+    # shows it per run and marks the best; results/<workload>/grid ranks its runs by it.
+    metric: str
+    # Whether the config schema gives the workload a hyperparameter `grid`.
+    grid: bool = False
 
 
 DATASETS = {
@@ -50,11 +53,13 @@ DATASETS = {
 WORKLOADS = {
     w.name: w
     for w in (
-        Workload("unet2d", "brats", "2d", "pytorch", ("config.json", "folds.json")),
-        Workload("swinunetr", "nsclc", "nifti", "pytorch", ("datalist.json",)),
-        Workload("resnet50", "imagenet", "index", "pytorch", ("classes.json",)),
-        Workload("ssd", "coco", "tfrecord", "tensorflow", ("dataset.json",)),
-        Workload("segmenter", "ade20k", "tfrecord", "tensorflow", ("dataset.json",), "mIoU"),
+        Workload("unet2d", "brats", "2d", "pytorch", ("config.json", "folds.json"), "mean_dice"),
+        Workload("swinunetr", "nsclc", "nifti", "pytorch", ("datalist.json",), "mean_dice"),
+        Workload("resnet50", "imagenet", "index", "pytorch", ("classes.json",), "top1"),
+        Workload("ssd", "coco", "tfrecord", "tensorflow", ("dataset.json",), "AP"),
+        Workload(
+            "segmenter", "ade20k", "tfrecord", "tensorflow", ("dataset.json",), "mIoU", grid=True
+        ),
     )
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelpipe import registry, targets
+from accelpipe import performance, registry, targets
 from accelpipe.config import run_model, run_train
 
 
@@ -27,11 +27,15 @@ def prepare(config: dict[str, Any], dataset: str, variant: str) -> dict[str, Any
     return slice_
 
 
+_NOT_RUN_SETTINGS = ("runs", "grid", "benchmark")
+
+
 def workload_settings(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     """The workload's config block as one run sees it: `train` and `model` resolved, `runs`
-    and `grid` dropped (so a new grid value does not re-run the runs it does not make)."""
+    `grid` and `benchmark` dropped (so a new grid value or benchmark row does not re-run the
+    runs it does not make)."""
     targets.check_run(config, workload, run)
-    block = {k: v for k, v in config[workload].items() if k not in ("runs", "grid")}
+    block = {k: v for k, v in config[workload].items() if k not in _NOT_RUN_SETTINGS}
     resolved = {"train": run_train(config[workload], workload, run)}
     if "model" in block:
         resolved["model"] = run_model(config[workload], workload, run)
@@ -58,5 +62,37 @@ def publish(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
         "backend": config["backend"],
         "runtime": config["runtime"],
         "datasets": {dataset: config["datasets"][dataset]},
+        "performance": config["performance"],  # performance.json's warm-up steps
+        # The published figures performance.json compares with: a changed one re-runs publish.
+        "reference_figures": performance.figures_for(workload),
         workload: workload_settings(config, workload, run),
     }
+
+
+def benchmark_row(config: dict[str, Any], workload: str, row: str) -> dict[str, Any]:
+    """A benchmark row's train slice: `<workload>.train` at the row's precision and global
+    batch, one epoch of warm-up + measured steps, every step logged, no profiler (its steps
+    would not be steady state)."""
+    precision, batch = targets.check_benchmark_row(config, workload, row)
+    block = config[workload]
+    bench = block["benchmark"]
+    train_settings = block["train"] | {
+        "precision": precision,
+        "batch_size": batch,
+        "epochs": 1,
+        "steps_per_epoch": bench["warmup_steps"] + bench["steps"],
+        "log_every": 1,
+    }
+    profile = block.get("profile", {}) | {"enabled": False}
+    keys = ("model", "transforms")
+    return (
+        {"backend": config["backend"]}
+        | {k: block[k] for k in keys if k in block}
+        | {"train": train_settings, "profile": profile}
+    )
+
+
+def benchmark(config: dict[str, Any], workload: str) -> dict[str, Any]:
+    """What the benchmark table needs besides its rows: the steps it leaves out."""
+    targets.benchmark_rows(config, workload)
+    return {"warmup_steps": config[workload]["benchmark"]["warmup_steps"]}

@@ -51,8 +51,8 @@ def check_grid(config: dict[str, Any], workload: str) -> list[str]:
     """`results/<workload>/grid` exists for a workload with a non-empty grid; its runs."""
     entry = registry.workload(workload)
     block = config[workload]
-    if entry.metric is None or "grid" not in block:
-        with_grid = [w.name for w in registry.WORKLOADS.values() if w.metric]
+    if not entry.grid or "grid" not in block:
+        with_grid = [w.name for w in registry.WORKLOADS.values() if w.grid]
         raise ConfigError(f"{workload} has no grid (workloads with one: {_known(with_grid)})")
     if not block["grid"]:
         raise ConfigError(f"config key '{workload}.grid' is empty: name keys and their values")
@@ -68,6 +68,34 @@ def check_cross_validation(config: dict[str, Any], workload: str) -> int:
             f"its runs are named in '{workload}.runs'"
         )
     return config[workload]["folds"]
+
+
+def benchmark_rows(config: dict[str, Any], workload: str) -> list[str]:
+    """The rows of `results/<workload>/benchmark`: `<precision>-b<global batch>` for every
+    batch size x precision of `<workload>.benchmark` (batch sizes default to train.batch_size)."""
+    workload_data(workload)
+    block = config[workload]
+    bench = block["benchmark"]
+    batches = bench["batch_sizes"] or [block["train"]["batch_size"]]
+    return [f"{precision}-b{batch}" for precision in bench["precisions"] for batch in batches]
+
+
+def check_benchmark_row(config: dict[str, Any], workload: str, row: str) -> tuple[str, int]:
+    """(precision, global batch) of a row the config has, or one error naming the key."""
+    rows = benchmark_rows(config, workload)
+    if row not in rows:
+        raise ConfigError(
+            f"no benchmark row {row!r} of {workload}: config keys "
+            f"'{workload}.benchmark.precisions' and '{workload}.benchmark.batch_sizes' "
+            f"make {_known(rows)}"
+        )
+    precision, batch = row.rsplit("-b", 1)
+    return precision, int(batch)
+
+
+def benchmark_run(config: dict[str, Any], workload: str) -> str:
+    """The run name a benchmark row trains as: fold0's split for workloads with folds."""
+    return "fold0" if "folds" in config[workload] else "benchmark"
 
 
 def check_dataset(dataset: str) -> None:

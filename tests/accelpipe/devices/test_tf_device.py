@@ -51,3 +51,25 @@ def test_unknown_backend_and_precision_name_the_key() -> None:
         tf_device.resolve("tpu")
     with pytest.raises(ConfigError, match="config key 'precision'"):
         tf_device.resolve("cpu", "int8")
+
+
+def test_peak_memory_is_none_on_cpu_and_get_memory_infos_peak_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GPU or HPU reports through get_memory_info (faked here); one that keeps no count
+    (ValueError) has none."""
+    assert tf_device.resolve("cpu").peak_memory() == (None, None)
+    asked: list[str] = []
+
+    def memory_info(device: str) -> dict[str, int]:
+        asked.append(device)
+        if "HPU" in device:
+            raise ValueError(f"Allocator stats not available for device '{device}'")
+        return {"current": 10, "peak": 4321}
+
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info", memory_info)
+    gpu = tf_device.TFDevice("cuda", "/GPU:0", "fake", "bf16")
+    assert gpu.peak_memory() == (4321, "tf.config.experimental.get_memory_info:peak")
+    hpu = tf_device.TFDevice("gaudi", "/device:HPU:0", "fake", "bf16")
+    assert hpu.peak_memory() == (None, None)
+    assert asked == ["/GPU:0", "/device:HPU:0"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,3 +86,81 @@ def test_loss_scaling_only_for_fp16() -> None:
     assert torch_device.resolve("cpu", "fp16").grad_scaler().is_enabled()
     assert not torch_device.resolve("cpu", "bf16").grad_scaler().is_enabled()
     assert not torch_device.resolve("cpu", "fp32").grad_scaler().is_enabled()
+
+
+def _fake_gpu(backend: str) -> torch_device.Device:
+    """A device of `backend` as far as the profiler settings go (no GPU here)."""
+    return torch_device.Device(backend, torch.device("cpu"), f"fake {backend}", "fp32")
+
+
+def test_profiler_table_sorts_by_device_time_where_the_device_is_profiled() -> None:
+    assert torch_device.resolve("cpu").profiler_sort_key() == "self_cpu_time_total"
+    for backend in ("cuda", "rocm"):
+        assert _fake_gpu(backend).profiler_sort_key() == "self_device_time_total"
+
+
+def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """torch.cuda.memory's recorder and dump, faked: the calls, in order."""
+    calls: list[tuple] = []
+
+    def record(enabled: str | None = "all", **kwargs: object) -> None:
+        calls.append(("record", enabled, kwargs))
+
+    def dump(filename: str) -> None:
+        calls.append(("dump", filename))
+        Path(filename).write_bytes(b"snapshot")
+
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", dump)
+    return calls
+
+
+def test_memory_history_is_a_no_op_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _record_calls(monkeypatch)
+    with torch_device.resolve("cpu").memory_history() as history:
+        assert not history.recording
+        assert history.dump(tmp_path / "snapshot.pickle") is False
+    assert calls == [] and not (tmp_path / "snapshot.pickle").exists()
+
+
+@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+def test_memory_history_records_until_the_dump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """The calls PyTorch's memory-snapshot page prescribes, in its order (fakes: no GPU)."""
+    calls = _record_calls(monkeypatch)
+    path = tmp_path / "snapshot.pickle"
+    with _fake_gpu(backend).memory_history(max_entries=7) as history:
+        assert history.recording and calls == [("record", "all", {"max_entries": 7})]
+        assert history.dump(path) is True
+        assert history.dump(tmp_path / "again.pickle") is False  # once: recording stopped
+    assert calls[1:] == [("dump", str(path)), ("record", None, {})]
+    assert path.exists() and not (tmp_path / "again.pickle").exists()
+
+
+def test_memory_history_stops_when_left_without_a_dump(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _record_calls(monkeypatch)
+    with pytest.raises(RuntimeError), _fake_gpu("cuda").memory_history():
+        raise RuntimeError("training failed")
+    assert [c[:2] for c in calls] == [("record", "all"), ("record", None)]
+
+
+def test_peak_memory_is_none_on_cpu_and_the_allocators_peak_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cuda and rocm read torch.cuda's allocator, gaudi Habana's torch.hpu (faked here)."""
+    assert torch_device.resolve("cpu").peak_memory() == (None, None)
+    asked: list[torch.device] = []
+
+    def peak(device: torch.device) -> int:
+        asked.append(device)
+        return 1234
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", peak)
+    monkeypatch.setattr(
+        torch, "hpu", types.SimpleNamespace(max_memory_allocated=peak), raising=False
+    )
+    for backend, api in (("cuda", "cuda"), ("rocm", "cuda"), ("gaudi", "hpu")):
+        device = torch_device.Device(backend, torch.device("cuda", 1), "fake", "bf16")
+        assert device.peak_memory() == (1234, f"torch.{api}.max_memory_allocated")
+    assert asked == [torch.device("cuda", 1)] * 3

@@ -6,6 +6,7 @@ import csv
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,9 +21,11 @@ from accelpipe.config import TrainConfig
 from accelpipe.devices import tf_device
 from accelpipe.engines import ENGINES
 from accelpipe.engines.keras2 import keras
-from accelpipe.engines.tf_trainer import MODEL_FILE, run_training
-from accelpipe.engines.train_log import LOG_FIELDS, SECTIONS
+from accelpipe.engines.tf_trainer import MODEL_FILE, PROFILER_TABLE, run_training
+from accelpipe.engines.train_log import LOG_FIELDS, SCALARS, SECTIONS
 from tests.helpers import tf_toy
+from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
+from tests.helpers.tensorboard import log_scalars, read_scalars
 
 pytestmark = pytest.mark.tensorflow
 
@@ -66,6 +69,11 @@ def test_a_run_logs_every_step_with_the_torch_columns_and_saves_weights(tmp_path
     assert float(rows[-1]["lr"]) < float(rows[0]["lr"])  # the schedule moves
     assert facts["steps"] == 6 and facts["resumed_from_step"] is None and facts["toy"]
     assert (tmp_path / ENGINES["tensorflow"].weights).is_file()
+    assert read_scalars(tmp_path / "tensorboard") == log_scalars(rows, SCALARS)
+    assert {r["profiled"] for r in rows} == {"0"}  # the profiler is off
+    # the CPU keeps no device memory count; the host's peak is this process's
+    assert (facts["peak_device_memory_bytes"], facts["device_memory_source"]) == (None, None)
+    assert facts["peak_host_rss_bytes"] > 0
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
@@ -75,8 +83,20 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> N
     facts = run_training(_cfg(epochs=2), resumed, tf_toy.make_job)
     assert facts["resumed_from_step"] == 3
     assert [r["step"] for r in _log(resumed)] == [r["step"] for r in _log(straight)]
+    rows = _log(resumed)
+    assert read_scalars(resumed / "tensorboard") == log_scalars(rows, SCALARS)
     for a, b in zip(_weights(straight), _weights(resumed), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_a_run_killed_before_its_first_checkpoint_restarts_its_log(tmp_path: Path) -> None:
+    run_training(_cfg(epochs=1), tmp_path, tf_toy.make_job)
+    # killed in epoch 0: its rows are logged, the checkpoint and the weights are not
+    shutil.rmtree(tmp_path / ENGINES["tensorflow"].checkpoints[0])
+    (tmp_path / MODEL_FILE).unlink()
+    facts = run_training(_cfg(epochs=1), tmp_path, tf_toy.make_job)
+    assert facts["resumed_from_step"] is None
+    assert [int(r["step"]) for r in _log(tmp_path)] == [1, 2, 3]  # none logged twice
 
 
 KILLED_RUN = """
@@ -109,6 +129,21 @@ def test_sigkill_mid_run_then_resume_loses_no_step_and_logs_none_twice(tmp_path:
     subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path), "0"], env=env, check=True)
     steps = [int(r["step"]) for r in _log(tmp_path)]
     assert steps == list(range(1, 13))
+    # TensorBoard drops the killed attempt's points after the checkpoint: one per step
+    assert read_scalars(tmp_path / "tensorboard") == log_scalars(_log(tmp_path), SCALARS)
+
+
+def test_the_steps_of_the_profilers_warmup_and_active_phases_are_marked_profiled(
+    tmp_path: Path,
+) -> None:
+    """The same steps the torch engine's test marks under the same schedule (TF traces only
+    the active ones)."""
+    cfg = _cfg(epochs=2, profile=True)
+    cfg["profile"]["schedule"] = TINY_SCHEDULE
+    run_training(cfg, tmp_path, tf_toy.make_job)
+    rows = _log(tmp_path)
+    assert [int(r["step"]) for r in rows if r["profiled"] == "1"] == PROFILED_STEPS
+    assert {r["profiled"] for r in rows} == {"0", "1"}
 
 
 def test_profiled_steps_leave_a_chrome_trace_with_the_reference_sections(tmp_path: Path) -> None:
@@ -130,6 +165,26 @@ def test_profiled_steps_leave_a_chrome_trace_with_the_reference_sections(tmp_pat
     assert {"forward", "loss", "optimizer_step", "gradient_tape"} <= scopes
     assert set(SECTIONS) - {"loader_first", "backward"} <= names | scopes
     assert list((tmp_path / "profile").glob("cycle0/plugins/profile/*/*.xplane.pb"))
+
+
+def test_each_profiler_cycle_leaves_xprofs_op_table_beside_its_trace(tmp_path: Path) -> None:
+    cfg = _cfg(epochs=2, profile=True)
+    cfg["profile"]["schedule"]["repeat"] = 2  # active steps 2-3 and 5-6
+    run_training(cfg, tmp_path, tf_toy.make_job)
+    stems = ["trace_step000003", "trace_step000006"]
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == sorted(
+        [f"{s}.json.gz" for s in stems] + [f"{s}{PROFILER_TABLE}" for s in stems]
+    )
+    for stem in stems:
+        with (tmp_path / "traces" / f"{stem}{PROFILER_TABLE}").open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        ops = {r["Operation Name"]: r for r in rows}
+        assert {"Operation Type", "#Occurrences", "Total self-time (us)"} <= set(rows[0])
+        # Each op of the forward pass, once per step of this cycle's two (not four).
+        forward = [float(r["#Occurrences"]) for name, r in ops.items() if name[:8] == "forward/"]
+        assert forward and set(forward) == {2}
+        scopes = {name.split("/", 1)[0] for name in ops}
+        assert {"forward", "loss", "gradient_tape", "optimizer_step"} <= scopes
 
 
 def test_fp16_runs_with_loss_scaling_and_bf16_keeps_fp32_weights(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import gzip
+import json
 import os
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -13,11 +15,24 @@ from typing import Any
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity
 
 from accelpipe.config import ProfileConfig, ProfileSchedule, TrainConfig
 from accelpipe.devices.torch_device import resolve
 from accelpipe.distributed import DistContext, init_from_env
-from accelpipe.engines.torch_trainer import CHECKPOINT, SECTIONS, Trainer, TrainJob, seed_everything
+from accelpipe.engines import MEMORY_SNAPSHOT
+from accelpipe.engines.torch_trainer import (
+    CHECKPOINT,
+    PROFILER_TABLE,
+    PROFILING,
+    SECTIONS,
+    Trainer,
+    TrainJob,
+    seed_everything,
+)
+from accelpipe.engines.train_log import SCALARS
+from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
+from tests.helpers.tensorboard import log_scalars, read_scalars
 
 STEPS = 4
 SCHEDULE = ProfileSchedule(wait=1, warmup=1, active=2, repeat=1)
@@ -54,9 +69,13 @@ def _kill_after_first_epoch(epoch: int) -> None:
         raise _Killed
 
 
-def _log_steps(work: Path) -> list[int]:
+def _rows(work: Path) -> list[dict[str, str]]:
     with (work / "train_log.csv").open() as f:
-        return [int(r["step"]) for r in csv.DictReader(f)]
+        return list(csv.DictReader(f))
+
+
+def _log_steps(work: Path) -> list[int]:
+    return [int(r["step"]) for r in _rows(work)]
 
 
 def test_resumed_training_equals_uninterrupted_training(tmp_path: Path) -> None:
@@ -76,6 +95,9 @@ def test_resumed_training_equals_uninterrupted_training(tmp_path: Path) -> None:
     ):
         torch.testing.assert_close(a, b)
     assert _log_steps(tmp_path / "resumed") == list(range(1, 3 * STEPS + 1))
+    # TensorBoard: both attempts' event files read as one series, each step once
+    rows = _rows(tmp_path / "resumed")
+    assert read_scalars(tmp_path / "resumed" / "tensorboard") == log_scalars(rows, SCALARS)
 
 
 def test_resume_drops_log_rows_written_after_the_checkpoint(tmp_path: Path) -> None:
@@ -88,6 +110,16 @@ def test_resume_drops_log_rows_written_after_the_checkpoint(tmp_path: Path) -> N
     again.resume()
     again.fit()
     assert _log_steps(tmp_path) == list(range(1, 2 * STEPS + 1))
+
+
+def test_a_run_killed_before_its_first_checkpoint_restarts_its_log(tmp_path: Path) -> None:
+    first = _trainer(tmp_path, epochs=1)
+    first.fit()
+    (tmp_path / CHECKPOINT).unlink()  # killed in epoch 0, before the checkpoint was written
+    again = _trainer(tmp_path, epochs=1)
+    assert not again.resume()
+    again.fit()
+    assert _log_steps(tmp_path) == list(range(1, STEPS + 1))  # no step logged twice
 
 
 def test_profiled_run_writes_a_trace_with_every_section(tmp_path: Path) -> None:
@@ -104,6 +136,85 @@ def test_profiled_run_writes_a_trace_with_every_section(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert all(float(r["samples_per_s"]) > 0 and float(r["loss"]) > 0 for r in rows)
     assert float(rows[0]["lr"]) > float(rows[-1]["lr"])  # cosine decays
+
+
+def test_the_steps_the_profiler_warms_up_or_records_are_marked_profiled(tmp_path: Path) -> None:
+    """The TF engine's test marks the same steps under the same schedule."""
+    schedule = torch.profiler.schedule(**TINY_SCHEDULE)
+    assert [s + 1 for s in range(2 * STEPS) if schedule(s) in PROFILING] == PROFILED_STEPS
+    _trainer(tmp_path, epochs=2, profile=True, sched=ProfileSchedule(**TINY_SCHEDULE)).fit()
+    rows = _rows(tmp_path)
+    assert [int(r["step"]) for r in rows if r["profiled"] == "1"] == PROFILED_STEPS
+    assert {r["profiled"] for r in rows} == {"0", "1"}
+
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _self_cpu_seconds(table: str) -> dict[str, float]:
+    """Op name -> the Self CPU column of a key-averages table (columns: 2+ spaces apart)."""
+    lines = [line for line in table.splitlines() if line.strip() and set(line) != {"-", " "}]
+    header = re.split(r"\s{2,}", lines[0].strip())
+    col = header.index("Self CPU")
+    out = {}
+    for line in lines[1:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == len(header):
+            value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", cells[col]).groups()
+            out[cells[0]] = float(value) * _UNITS[unit]
+    return out
+
+
+def test_each_profiler_cycle_leaves_its_key_averages_table_and_memory_events(
+    tmp_path: Path,
+) -> None:
+    sched = ProfileSchedule(wait=1, warmup=0, active=2, repeat=2)  # cycles end at steps 3, 6
+    _trainer(tmp_path, epochs=2, profile=True, sched=sched).fit()
+    traces = tmp_path / "traces"
+    stems = ["trace_step000003", "trace_step000006"]
+    assert sorted(p.name for p in traces.iterdir()) == sorted(
+        [f"{s}.json.gz" for s in stems] + [f"{s}{PROFILER_TABLE}" for s in stems]
+    )  # and no memory snapshot: the CPU keeps no allocator history
+    for stem in stems:
+        table = (traces / f"{stem}{PROFILER_TABLE}").read_text()
+        assert "CPU Mem" in table  # profile_memory's columns
+        self_cpu = _self_cpu_seconds(table)
+        assert {"forward", "backward", "aten::addmm"} <= set(self_cpu)
+        times = list(self_cpu.values())
+        assert times == sorted(times, reverse=True)  # sorted by self CPU time on the CPU
+        events = json.loads(gzip.decompress((traces / f"{stem}.json.gz").read_bytes()))
+        memory = [e for e in events["traceEvents"] if e.get("name") == "[memory]"]
+        assert memory and {e["args"]["Device Type"] for e in memory} == {0}
+
+
+def test_memory_history_runs_from_the_start_to_the_first_cycles_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order of the allocator-history calls on a CUDA device, with torch.cuda.memory's
+    functions faked (no GPU here): start before the first step, dump and stop once, at the
+    end of the first of two cycles, after its trace is written."""
+    sched = ProfileSchedule(wait=1, warmup=0, active=2, repeat=2)
+    trainer = _trainer(tmp_path, epochs=2, profile=True, sched=sched)
+    traces = tmp_path / "traces"
+    calls: list[tuple] = []
+
+    def record(enabled: str | None = "all", **kwargs: object) -> None:
+        calls.append(("record", enabled, trainer.step))
+
+    def dump(filename: str) -> None:
+        calls.append(("dump", filename, trainer.step, sorted(p.name for p in traces.iterdir())))
+
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", dump)
+    monkeypatch.setattr(trainer.device, "backend", "cuda")  # for the memory history only:
+    monkeypatch.setattr(trainer.device, "profiler_activities", lambda: [ProfilerActivity.CPU])
+    trainer.fit()
+    first_cycle = ["trace_step000003.json.gz", f"trace_step000003{PROFILER_TABLE}"]
+    assert calls == [
+        ("record", "all", 0),
+        ("dump", str(traces / MEMORY_SNAPSHOT), 3, first_cycle),
+        ("record", None, 3),
+    ]
 
 
 # -- data-parallel: real 2-process gloo runs on CPU ---------------------------------------------

@@ -4,13 +4,16 @@ What a backend means independently of the framework is here: the names, what pre
 `auto` resolves to, and how many CPU threads a stage may use. Each framework resolves a
 backend into its own device object in its module, imported only by that framework's engine:
 `torch_device` (torch.device, autocast, Gaudi lazy mode) and `tf_device` (visible devices,
-Keras mixed-precision policies, Habana's TF module). A backend whose runtime is missing
-fails at once with BackendUnavailableError.
+Keras mixed-precision policies, Habana's TF module), each with a `peak_memory()`; the
+train stage's memory facts (`memory_facts`) add the host's side here. A backend whose runtime
+is missing fails at once with BackendUnavailableError.
 """
 
 from __future__ import annotations
 
 import os
+import resource
+from typing import Any
 
 from accelpipe.errors import ConfigError
 
@@ -46,3 +49,19 @@ def usable_threads(threads: int) -> int:
     Snakemake scales `threads` to `--cores`, which can exceed the real cores.
     """
     return max(1, min(threads, len(os.sched_getaffinity(0))))
+
+
+def peak_host_rss_bytes() -> int:
+    """This process's peak resident set size (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def memory_facts(peak_device: tuple[int | None, str | None]) -> dict[str, Any]:
+    """The train stage.json's memory facts: the device's peak allocated bytes and what
+    reported it (a device's `peak_memory()`; None on the CPU), and this process's peak RSS."""
+    peak, source = peak_device
+    return {
+        "peak_device_memory_bytes": peak,
+        "device_memory_source": source,
+        "peak_host_rss_bytes": peak_host_rss_bytes(),
+    }

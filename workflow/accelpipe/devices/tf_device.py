@@ -42,6 +42,22 @@ class TFDevice:
         """fp16 gradients underflow without loss scaling; bf16 and fp32 need none."""
         return self.precision == "fp16"
 
+    def peak_memory(self) -> tuple[int | None, str | None]:
+        """The most memory TensorFlow held on the device since it started (bytes) and the call
+        that reported it: `get_memory_info`'s peak on a GPU or HPU; (None, None) on the cpu
+        and where the device keeps no such count (it raises ValueError then).
+
+        Only the cpu path ran here (no GPU or HPU); the others follow TensorFlow's
+        documentation and are tested against a fake.
+        """
+        if self.backend == "cpu":
+            return None, None
+        try:
+            info = tf.config.experimental.get_memory_info(self.device)
+        except ValueError:
+            return None, None
+        return int(info["peak"]), "tf.config.experimental.get_memory_info:peak"
+
 
 def resolve(
     backend: str, precision: str = "auto", index: int = 0, auto: dict[str, str] | None = None

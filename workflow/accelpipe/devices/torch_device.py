@@ -1,7 +1,8 @@
 """The device layer for PyTorch: cpu | cuda | rocm | gaudi.
 
 Resolves a backend name into a torch device, the autocast dtype, memory format,
-Gaudi lazy-mode hooks (mark_step) and the optimizer implementation. A backend
+Gaudi lazy-mode hooks (mark_step), the optimizer implementation and what the profiler
+records (activities, the table's sort key, the allocator's memory history). A backend
 whose runtime is missing fails at once with BackendUnavailableError.
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -20,6 +22,8 @@ from accelpipe.devices import resolve_precision, usable_threads
 from accelpipe.errors import BackendUnavailableError
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+# Alloc/free events the memory history keeps (a ring buffer of a few KB per entry).
+MEMORY_HISTORY_ENTRIES = 100_000
 
 
 @dataclass
@@ -86,6 +90,21 @@ class Device:
                 return FusedAdamW(params, lr=lr, weight_decay=weight_decay)
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
+    def peak_memory(self) -> tuple[int | None, str | None]:
+        """The most memory this process's tensors held on the device since it started (bytes)
+        and the call that reported it: the caching allocator's peak on cuda and rocm (HIP
+        through torch.cuda), Habana's on gaudi; (None, None) on the cpu, which keeps no count.
+
+        Only the cpu path ran here (no GPU or HPU); the others are written from PyTorch's and
+        Habana's documentation and tested against fakes.
+        """
+        if self.backend == "cpu":
+            return None, None
+        # torch.hpu is registered by habana_frameworks.torch; ROCm's HIP is torch.cuda.
+        api = "hpu" if self.backend == "gaudi" else "cuda"
+        peak = getattr(torch, api).max_memory_allocated(self.torch_device)
+        return peak, f"torch.{api}.max_memory_allocated"
+
     def profiler_activities(self) -> list[torch.profiler.ProfilerActivity]:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.backend in ("cuda", "rocm"):
@@ -93,6 +112,51 @@ class Device:
         elif self.backend == "gaudi" and hasattr(torch.profiler.ProfilerActivity, "HPU"):
             activities.append(torch.profiler.ProfilerActivity.HPU)
         return activities
+
+    def profiler_sort_key(self) -> str:
+        """What the profiler's key-averages table is sorted by: device self time where the
+        profiler records the device, else CPU self time."""
+        if len(self.profiler_activities()) > 1:
+            return "self_device_time_total"
+        return "self_cpu_time_total"
+
+    @contextlib.contextmanager
+    def memory_history(self, max_entries: int = MEMORY_HISTORY_ENTRIES) -> Iterator[MemoryHistory]:
+        """Record the caching allocator's alloc/free history while open (CUDA, and ROCm
+        through torch.cuda), for `MemoryHistory.dump`; on cpu and gaudi nothing is recorded."""
+        recording = self.backend in ("cuda", "rocm")
+        if recording:
+            torch.cuda.memory._record_memory_history(max_entries=max_entries)
+        history = MemoryHistory(recording)
+        try:
+            yield history
+        finally:
+            history.stop()
+
+
+class MemoryHistory:
+    """The allocator's memory history, dumped as the snapshot https://pytorch.org/memory_viz
+    opens (segments, blocks with their allocation stacks, and the alloc/free timeline).
+
+    Written from PyTorch's "Understanding CUDA Memory Usage" page; it could not run here (no
+    GPU): the tests check the calls against fakes of torch.cuda.memory's functions.
+    """
+
+    def __init__(self, recording: bool) -> None:
+        self.recording = recording
+
+    def dump(self, path: Path) -> bool:
+        """Write the snapshot to `path` and stop recording; False when nothing is recorded."""
+        if not self.recording:
+            return False
+        torch.cuda.memory._dump_snapshot(str(path))
+        self.stop()
+        return True
+
+    def stop(self) -> None:
+        if self.recording:
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self.recording = False
 
 
 def resolve(

@@ -21,7 +21,14 @@ class Engine:
     weights: str  # the trained model, in the train output and the result folder
     checkpoints: tuple[str, ...]  # resume state in the work directory, dropped once trained
     packages: tuple[str, ...]  # versions provenance.json records besides the common ones
+    # The profiler's own table of each cycle, beside its trace: trace_step<n><profiler_table>.
+    profiler_table: str
 
+
+# The trace stage gathers the engines' tables into PROFILER_TABLES/ and takes the allocator's
+# memory snapshot (CUDA and ROCm torch runs: the first cycle's) beside them; publish copies both.
+PROFILER_TABLES = "profiler_tables"
+MEMORY_SNAPSHOT = "memory_snapshot.pickle"
 
 ENGINES = {
     e.framework: e
@@ -32,6 +39,7 @@ ENGINES = {
             "model.pt",
             ("checkpoint.pt",),
             ("torch", "monai"),
+            ".key_averages.txt",
         ),
         Engine(
             "tensorflow",
@@ -39,6 +47,7 @@ ENGINES = {
             "model.weights.h5",
             ("checkpoints",),  # a tf.train.CheckpointManager directory
             ("tensorflow", "tensorflow-cpu", "tf-keras", "xprof"),
+            ".framework_op_stats.csv",  # xprof's framework_op_stats tool
         ),
     )
 }

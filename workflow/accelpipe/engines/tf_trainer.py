@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.config import ProfileConfig, TrainConfig, view
-from accelpipe.devices import tf_device
+from accelpipe.devices import memory_facts, tf_device
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.distributed import check_global_batch
 from accelpipe.engines import ENGINES, tf_distributed
@@ -42,8 +42,10 @@ from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.train_log import log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
+from accelpipe.io import write_text
 
 MODEL_FILE = ENGINES["tensorflow"].weights
+PROFILER_TABLE = ENGINES["tensorflow"].profiler_table
 (CHECKPOINT_DIR,) = ENGINES["tensorflow"].checkpoints
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,7 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
         "resumed_from_step": resumed_from,
         "world_size": world,
         "global_batch": job.batch_size,
+        **memory_facts(device.peak_memory()),
         **job.facts,
     }
 
@@ -194,9 +197,12 @@ class TFTrainer:
         return int(self._step.numpy())
 
     def resume(self) -> bool:
-        """Restore the last epoch checkpoint if one exists; return whether it did."""
+        """Restore the last epoch checkpoint if one exists; return whether it did. Log rows
+        past it (all of them without one: a run killed in its first epoch) are dropped."""
         latest = tf.train.latest_checkpoint(str(self._restore_from))  # the chief's, for all
         if latest is None:
+            if self.chief:
+                truncate_log(self.work_dir, 0)
             return False
         self.manager.checkpoint.restore(latest).assert_existing_objects_matched()
         if self.chief:
@@ -295,8 +301,10 @@ class TFTrainer:
                 losses.append(value)
                 elapsed = time.perf_counter() - started
                 lr = self._learning_rate()
+                batch = self.job.batch_size
+                profiled = self.profiler.profiled(step)
                 writer.writerow(
-                    log_row(self.epoch, step, value, lr, self.job.batch_size, waited, elapsed)
+                    log_row(self.epoch, step, value, lr, batch, waited, elapsed, profiled=profiled)
                 )
                 log_file.flush()  # a killed job leaves its log up to the last step it ran
             self.profiler.end_step(step)
@@ -330,15 +338,25 @@ class _Profiler:
     like `wait`, and tracing starts at the first active step. Every step is marked with a
     `train <n>` event (TF's step marker, which xprof groups by). Each cycle's XSpace goes to
     `profile/cycle<k>/` (TensorBoard's profile plugin reads it) and is converted to
-    `traces/trace_step<n>.json.gz`, the Chrome trace the summarizer reads.
+    `traces/trace_step<n>.json.gz`, the Chrome trace the summarizer reads, and to the op
+    table beside it (`xspace_to_op_table`).
     """
 
     def __init__(self, profile: ProfileConfig, work_dir: Path) -> None:
         s = profile.schedule
         self.enabled = profile.enabled
         self.skip, self.active, self.repeat = s.wait + s.warmup, s.active, s.repeat
+        self.wait = s.wait
         self.work_dir = work_dir
         self.running: Path | None = None
+
+    def profiled(self, step: int) -> bool:
+        """Whether `step` is in a scheduled cycle's warmup or active steps: the steps
+        train_log.csv marks `profiled`, as the torch engine does (TF runs the warmup steps
+        untraced; marking them too keeps both engines' statistics over the same steps)."""
+        cycle, position = divmod(step - 1, self.skip + self.active)
+        scheduled = self.enabled and (self.repeat == 0 or cycle < self.repeat)
+        return scheduled and position >= self.wait
 
     @contextlib.contextmanager
     def step(self, step: int) -> Iterator[None]:
@@ -363,9 +381,11 @@ class _Profiler:
         traces = self.work_dir / "traces"
         traces.mkdir(parents=True, exist_ok=True)
         for xplane in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
+            stem = traces / f"trace_step{step:06d}"
             text = xspace_to_trace_json(xplane)
-            with gzip.open(traces / f"trace_step{step:06d}.json.gz", "wt") as f:
+            with gzip.open(f"{stem}.json.gz", "wt") as f:
                 f.write(text)
+            write_text(f"{stem}{PROFILER_TABLE}", xspace_to_op_table(xplane))
 
     def finish(self) -> None:
         """A run that ends mid-cycle: stop and convert what was recorded."""
@@ -384,3 +404,17 @@ def xspace_to_trace_json(xplane: Path) -> str:
         [str(xplane)], "trace_viewer", {"use_saved_result": False}
     )
     return data.decode() if isinstance(data, bytes) else data
+
+
+def xspace_to_op_table(xplane: Path) -> str:
+    """The cycle's op table as CSV: xprof's `framework_op_stats` tool (TensorBoard's
+    Framework Op Stats: per TensorFlow op and host or device, occurrences, total and self
+    time, FLOP rate), IDLE row included, written by xprof's own CSV writer."""
+    from xprof.convert import raw_to_tool_data
+
+    data, _ = raw_to_tool_data.xspace_to_tool_data(
+        [str(xplane)], "framework_op_stats", {"use_saved_result": False}
+    )
+    if data is None:
+        raise RuntimeError(f"{xplane}: xprof could not build its framework_op_stats table")
+    return raw_to_tool_data.json_to_csv_string(data)

@@ -19,7 +19,6 @@ complete, so a partial run never looks finished.
 from __future__ import annotations
 
 import contextlib
-import csv
 import logging
 import math
 import random
@@ -27,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,18 +34,35 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe import distributed, optim
 from accelpipe.config import ProfileConfig, TrainConfig, view
-from accelpipe.devices import torch_device
+from accelpipe.devices import memory_facts, torch_device
 from accelpipe.devices.torch_device import Device
 from accelpipe.distributed import DistContext
-from accelpipe.engines import ENGINES
-from accelpipe.engines.train_log import LOG_FIELDS, SECTIONS, log_row, open_log, truncate_log
+from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT
+from accelpipe.engines.train_log import (
+    LOG_FIELDS,
+    SECTIONS,
+    LogWriter,
+    log_row,
+    open_log,
+    truncate_log,
+)
+from accelpipe.io import write_text
 
 __all__ = ["LOG_FIELDS", "SECTIONS", "TrainJob", "Trainer", "load_for_eval", "run_training"]
 (CHECKPOINT,) = ENGINES["pytorch"].checkpoints
 MODEL_FILE = ENGINES["pytorch"].weights
+PROFILER_TABLE = ENGINES["pytorch"].profiler_table
+TABLE_ROWS = 100  # rows of each cycle's key-averages table
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 log = logging.getLogger(__name__)
+# The schedule's actions that run the profiler (warming up or recording): the steps
+# train_log.csv marks `profiled`.
+PROFILING = (
+    torch.profiler.ProfilerAction.WARMUP,
+    torch.profiler.ProfilerAction.RECORD,
+    torch.profiler.ProfilerAction.RECORD_AND_SAVE,
+)
 
 
 @dataclass
@@ -116,6 +132,7 @@ def run_training(
             "resumed_from_step": resumed_from,
             "world_size": ctx.world_size,
             "global_batch": train_cfg.batch_size,
+            **memory_facts(device.peak_memory()),
             **job.facts,
         }
     finally:
@@ -172,6 +189,7 @@ class Trainer:
         self.dist = dist if dist is not None else DistContext()
         self.work_dir = work_dir
         self.trace_dir = work_dir / "traces"
+        self._memory: torch_device.MemoryHistory | None = None  # while the profiler runs
         self.model = device.prepare_model(job.model)
         self.replica = self._replicate(self.model)
         if cfg.compile:  # graph mode; checkpoints keep saving the bare model's weights
@@ -216,9 +234,12 @@ class Trainer:
         tmp.replace(self.work_dir / CHECKPOINT)
 
     def resume(self) -> bool:
-        """Load the last epoch checkpoint if one exists; return whether it did."""
+        """Load the last epoch checkpoint if one exists; return whether it did. Log rows past
+        it (all of them without one: a run killed in its first epoch) are dropped."""
         path = self.work_dir / CHECKPOINT
         if not path.exists():
+            if self.dist.is_main:
+                truncate_log(self.work_dir, 0)
             return False
         state = torch.load(path, map_location=self.device.torch_device, weights_only=False)
         self.model.load_state_dict(state["model"])
@@ -234,8 +255,7 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:
-        with self._open_log() as log_file, self._profiler() as prof:
-            writer = None if log_file is None else csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
+        with self._open_log() as (log_file, writer), self._profiler() as prof:
             while self.epoch < self.cfg.epochs:
                 started = time.perf_counter()
                 mean_loss, samples = self._run_epoch(writer, prof)
@@ -255,16 +275,16 @@ class Trainer:
                     on_epoch_end(self.epoch)
 
     @contextlib.contextmanager
-    def _open_log(self) -> Iterator[TextIO | None]:
-        """train_log.csv for appending on rank 0; None on the other ranks."""
+    def _open_log(self) -> Iterator[tuple[Any, LogWriter | None]]:
+        """train_log.csv and its row writer on rank 0; (None, None) on the other ranks."""
         if not self.dist.is_main:
-            yield None
+            yield None, None
             return
-        with open_log(self.work_dir) as (log_file, _):
-            yield log_file
+        with open_log(self.work_dir) as opened:
+            yield opened
 
     def _run_epoch(
-        self, writer: csv.DictWriter | None, prof: torch.profiler.profile | None
+        self, writer: LogWriter | None, prof: torch.profiler.profile | None
     ) -> tuple[float, int]:
         """One epoch; returns the mean of the logged losses and the number of samples.
 
@@ -297,8 +317,19 @@ class Trainer:
                     elapsed = time.perf_counter() - started
                     lr = self.scheduler.get_last_lr()[0]
                     batch = image.shape[0] * world
+                    # The action of this step: prof.step() below moves it to the next.
+                    profiled = prof is not None and prof.current_action in PROFILING
                     writer.writerow(
-                        log_row(self.epoch, self.step, loss_value, lr, batch, waited, elapsed)
+                        log_row(
+                            self.epoch,
+                            self.step,
+                            loss_value,
+                            lr,
+                            batch,
+                            waited,
+                            elapsed,
+                            profiled=profiled,
+                        )
                     )
             if prof is not None:
                 prof.step()
@@ -321,20 +352,35 @@ class Trainer:
             self.scheduler.step()
         return loss.detach()
 
-    def _profiler(self) -> Any:
+    @contextlib.contextmanager
+    def _profiler(self) -> Iterator[torch.profiler.profile | None]:
+        """The scheduled profiler, recording memory events too, and the allocator's memory
+        history from here to the end of the first cycle (where the device keeps one)."""
         if not self.profile.enabled or not self.dist.is_main:  # one rank's trace is the sample
-            return contextlib.nullcontext()
+            yield None
+            return
         s = self.profile.schedule
         self.trace_dir.mkdir(parents=True, exist_ok=True)
-        return torch.profiler.profile(
+        prof = torch.profiler.profile(
             activities=self.device.profiler_activities(),
             schedule=torch.profiler.schedule(
                 wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat
             ),
             on_trace_ready=self._export_trace,
             record_shapes=False,
+            profile_memory=True,  # [memory] events: the summary's peak memory per section
         )
+        with self.device.memory_history() as self._memory, prof:
+            yield prof
 
     def _export_trace(self, prof: torch.profiler.profile) -> None:
-        # One gzipped chrome trace per profiler cycle; the step number keeps names unique.
-        prof.export_chrome_trace(str(self.trace_dir / f"trace_step{prof.step_num:06d}.json.gz"))
+        """One cycle's gzipped chrome trace and, beside it, the profiler's key-averages table
+        (the step number keeps names unique); after the first cycle, the memory snapshot."""
+        stem = self.trace_dir / f"trace_step{prof.step_num:06d}"
+        prof.export_chrome_trace(f"{stem}.json.gz")
+        table = prof.key_averages().table(
+            sort_by=self.device.profiler_sort_key(), row_limit=TABLE_ROWS
+        )
+        write_text(f"{stem}{PROFILER_TABLE}", table + "\n")
+        if self._memory is not None:
+            self._memory.dump(self.trace_dir / MEMORY_SNAPSHOT)  # stops it: later ones do nothing

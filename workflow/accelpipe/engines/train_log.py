@@ -1,4 +1,5 @@
-"""What both engines write the same way: train_log.csv and the profiler's section names."""
+"""What both engines write the same way: train_log.csv (and its TensorBoard scalars) and the
+profiler's section names."""
 
 from __future__ import annotations
 
@@ -8,29 +9,67 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from accelpipe.engines import scalars
+
 LOG_FILE = "train_log.csv"
-LOG_FIELDS = ("epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms")
+# `profiled`: "1" where the profiler's schedule had it warming up or recording that step
+# (slower steps that steady-state statistics leave out), else "0".
+LOG_FIELDS = (
+    "epoch",
+    "step",
+    "loss",
+    "lr",
+    "samples_per_s",
+    "data_wait_ms",
+    "step_ms",
+    "profiled",
+)
+# The columns TensorBoard shows too, as train/<column>.
+SCALARS = ("loss", "lr", "samples_per_s")
 # The reference's section names, recorded around the loop's phases; the trace summarizer
 # reports each. `forward`, `loss`, `backward` and `optimizer_step` nest in `step`;
 # `loader_first` is an epoch's first batch (worker start-up, cache fill).
 SECTIONS = ("loader_first", "loader_next", "step", "forward", "loss", "backward", "optimizer_step")
 
 
+class LogWriter:
+    """Writes each train_log.csv row and its SCALARS to TensorBoard, at the row's step."""
+
+    def __init__(self, rows: csv.DictWriter, tensorboard: scalars.ScalarWriter) -> None:
+        self.rows, self.tensorboard = rows, tensorboard
+
+    def writerow(self, row: dict[str, str]) -> None:
+        self.rows.writerow(row)
+        self.tensorboard.add(int(row["step"]), {f"train/{k}": float(row[k]) for k in SCALARS})
+
+
 @contextlib.contextmanager
-def open_log(work_dir: Path) -> Iterator[tuple[TextIO, csv.DictWriter]]:
-    """train_log.csv for appending (a header if new), and a writer of LOG_FIELDS rows."""
+def open_log(work_dir: Path) -> Iterator[tuple[TextIO, LogWriter]]:
+    """train_log.csv for appending (a header if new), and a writer of LOG_FIELDS rows that
+    also writes their scalars into a new event file in work_dir/tensorboard/."""
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / LOG_FILE
     new_log = not path.exists()
-    with path.open("a", newline="") as log_file:
-        writer = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
+    with (
+        path.open("a", newline="") as log_file,
+        scalars.open_writer(work_dir / scalars.TENSORBOARD_DIR) as tensorboard,
+    ):
+        rows = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
         if new_log:
-            writer.writeheader()
-        yield log_file, writer
+            rows.writeheader()
+        yield log_file, LogWriter(rows, tensorboard)
 
 
 def log_row(
-    epoch: int, step: int, loss: float, lr: float, samples: int, waited: float, elapsed: float
+    epoch: int,
+    step: int,
+    loss: float,
+    lr: float,
+    samples: int,
+    waited: float,
+    elapsed: float,
+    *,
+    profiled: bool,
 ) -> dict[str, str]:
     """One train_log.csv row; times in seconds, written in ms."""
     return {
@@ -41,6 +80,7 @@ def log_row(
         "samples_per_s": f"{samples / elapsed:.2f}",
         "data_wait_ms": f"{waited * 1e3:.3f}",
         "step_ms": f"{elapsed * 1e3:.3f}",
+        "profiled": "1" if profiled else "0",
     }
 
 

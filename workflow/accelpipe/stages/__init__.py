@@ -20,6 +20,8 @@ MODULES = {
     "publish": "accelpipe.stages.publish",
     "aggregate": "accelpipe.stages.publish",
     "grid": "accelpipe.stages.publish",
+    "benchmark": "accelpipe.stages.publish",
+    "compare": "accelpipe.stages.compare",
     "images": "accelpipe.stages.images",
 }
 # stages that call into one dataset's or one workload's module by name

@@ -1,4 +1,5 @@
-"""`evaluate`: metrics of a trained run on the validation data."""
+"""`evaluate`: metrics of a trained run on the validation data, and their TensorBoard scalars
+(eval/<metric> at the run's last training step, beside the train stage's)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from accelpipe import engines, provenance, workloads
 from accelpipe.config import load_slice
-from accelpipe.io import atomic_path
+from accelpipe.engines import scalars
+from accelpipe.io import atomic_path, read_json
 
 log = logging.getLogger("accelpipe")
 
@@ -23,6 +25,10 @@ def run_evaluate(args: argparse.Namespace) -> None:
     with atomic_path(args.out) as tmp:
         metrics = module.evaluate(
             Path(args.prepared), args.run, load_slice(args.config_json), Path(args.model), tmp
+        )
+        trained = read_json(Path(args.model) / provenance.STAGE_FILE)
+        scalars.write_metrics(
+            tmp / scalars.TENSORBOARD_DIR, trained["steps"], read_json(tmp / "metrics.json"), "eval"
         )
         provenance.write_stage(tmp, "evaluate", started, workload=args.workload, run=args.run)
     log.info("metrics: %s", json.dumps(metrics))

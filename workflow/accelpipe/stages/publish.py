@@ -1,5 +1,5 @@
-"""`publish`, `aggregate` and `grid`: a run's result folder, the cross-validation summary
-and the ranking of a hyperparameter grid."""
+"""`publish`, `aggregate`, `grid` and `benchmark`: a run's result folder, the
+cross-validation summary, the ranking of a hyperparameter grid and the benchmark table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import logging
 from pathlib import Path
 
-from accelpipe import engines, registry
+from accelpipe import benchmark, engines, registry
 from accelpipe.config import load_slice
 from accelpipe.leaderboard import rank_runs
 from accelpipe.publish import aggregate_folds, publish_run
@@ -39,3 +39,12 @@ def run_grid(args: argparse.Namespace) -> None:
     rows = rank_runs([Path(r) for r in args.runs], args.workload, metric, keys, Path(args.out))
     best = rows[0]
     log.info("grid: best of %d runs is %s (%s %s)", len(rows), best["run"], metric, best[metric])
+
+
+def run_benchmark(args: argparse.Namespace) -> None:
+    warmup = load_slice(args.config_json)["warmup_steps"]
+    rows = benchmark.write_table(
+        [Path(r) for r in args.rows], args.workload, warmup, Path(args.out)
+    )
+    for row in rows:
+        log.info("benchmark %s: %s samples/s", row["row"], row["samples_per_s"])

@@ -15,6 +15,8 @@ event list. The modules, in the order data flows through them:
   Perfetto and other chrome traces are refused.
 * ``join``: kernels to launches (correlation) to sections (time window in the same process,
   any thread: backward kernels are launched from the autograd thread), and device busy time.
+* ``memory``: torch's ``[memory]`` events (``profile_memory=True``), found by name, and the
+  peak allocated bytes per device while each section is open.
 * ``steps``: which ``ProfilerStep#N`` are complete (the last one of a file may not be).
 * ``stats``: pooling files, millisecond statistics, the summary dict; ``summary``: the
   public entry points; ``markdown`` and ``plot``: the report and the chart.

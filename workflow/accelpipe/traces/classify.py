@@ -6,6 +6,9 @@ Kineto's ``cat`` is its ActivityType. Roles used here:
 * ``mirror``: ``gpu_user_annotation`` and any other ``*_user_annotation``: the device copy of
   an annotation, never a section (it would count every section twice).
 * ``kernel`` / ``gpu_memcpy`` / ``gpu_memset``: device activity.
+* ``instant``: ``cpu_instant_event``, torch's instant events on the host; the ``[memory]``
+  events of ``profile_memory=True`` among them (``traces.memory``). Rare without those, and
+  decoded (not bulk) so that finding them costs no extra pass over the bytes.
 * ``runtime``: host runtime and driver calls (``cuda_runtime``, ``cuda_driver``, a
   ``hip_runtime``-style category, Gaudi's ``hpu_op`` and ``privateuse1_runtime``); those with
   an ``args.correlation`` are the launches that kernels join to.
@@ -33,13 +36,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-ANNOTATION, MIRROR, KERNEL, MEMCPY, MEMSET, RUNTIME, OTHER = (
+ANNOTATION, MIRROR, KERNEL, MEMCPY, MEMSET, RUNTIME, INSTANT, OTHER = (
     "annotation",
     "mirror",
     "kernel",
     "gpu_memcpy",
     "gpu_memset",
     "runtime",
+    "instant",
     "other",
 )
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
@@ -51,7 +55,6 @@ BULK_CATS = (
     "fwdbwd",
     "ac2g",
     "Trace",
-    "cpu_instant_event",
     "Operator",  # cpu_op in traces from torch < 1.10
 )
 # Every category libkineto writes (its ActivityType names, plus flows and spans): seeing one
@@ -59,6 +62,7 @@ BULK_CATS = (
 KINETO_CATS = frozenset(
     {
         *BULK_CATS,
+        "cpu_instant_event",
         "user_annotation",
         "gpu_user_annotation",
         "gpu_memcpy",
@@ -131,6 +135,8 @@ def category_role(cat: str, hints: set[str]) -> str:
         role = MEMSET
     elif "runtime" in low or "driver" in low or low in _HOST_RUNTIME_CATS:
         role = RUNTIME
+    elif low == "cpu_instant_event":
+        role = INSTANT
     else:
         role = OTHER
     if role in ACTIVITY_KINDS or low in _GPU_HINT_CATS:

@@ -1,7 +1,8 @@
 """Per-file event collection: picks the few events worth decoding out of each block the
 reader hands over, decodes them in one batch, and keeps what the join needs in compact
-``array`` columns (section intervals, steps, launches, kernels), plus device hints and what
-the file shows about its producer (``formats.Evidence``).
+``array`` columns (section intervals, steps, launches, kernels, ``[memory]`` events: see
+``memory``), plus device hints and what the file shows about its producer
+(``formats.Evidence``).
 
 Events whose ``ts`` or ``dur`` is not a finite number (Python's json writes ``NaN``, and
 accepts it back) are skipped and counted: one NaN would otherwise turn every statistic it
@@ -18,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from accelpipe.traces import classify
-from accelpipe.traces.classify import ANNOTATION, KERNEL, MIRROR, OTHER, RUNTIME
+from accelpipe.traces.classify import ANNOTATION, INSTANT, KERNEL, MIRROR, OTHER, RUNTIME
 from accelpipe.traces.formats import SAMPLE_EVENTS, Evidence
+from accelpipe.traces.memory import MemoryEvents
 from accelpipe.traces.reader import loads_batch
 from accelpipe.traces.tf_collect import TFEvents
 
@@ -59,6 +61,7 @@ class FileEvents:
         self._launch_names: set[str] = set()
         # TF trace viewer events (no kineto "cat"), collected while the file may be one.
         self.tf: TFEvents | None = None
+        self.memory = MemoryEvents()  # torch's [memory] events (profile_memory=True)
 
     # -- the reader's Sink interface ----------------------------------------------------
 
@@ -121,6 +124,7 @@ class FileEvents:
         kern_corr, kern_ts, kern_dur = self.kern_corr, self.kern_ts, self.kern_dur
         kern_rows = self.kern_rows
         l_corr, l_thread, l_ts = self.launch_corr, self.launch_thread, self.launch_ts
+        instants: list[dict] = []
         for ev in events:
             if type(ev) is not dict:
                 continue
@@ -131,6 +135,9 @@ class FileEvents:
                     continue
                 role = self._role(cat)
             ts = ev.get("ts")
+            if role is INSTANT:  # [memory] events among them
+                instants.append(ev)
+                continue
             if role is RUNTIME or (role is OTHER and classify.looks_like_launch(ev.get("name"))):
                 name = ev.get("name")
                 if type(name) is str and name not in self._launch_names:
@@ -176,6 +183,8 @@ class FileEvents:
                 totals = self.copies[role]
                 totals[0] += 1
                 totals[1] += dur
+        if instants:
+            self.memory.add_many(instants, threads, self.thread)
 
     def _role(self, cat: str) -> str:
         """Classify a category once (a trace has only a handful of them)."""

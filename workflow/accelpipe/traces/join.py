@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from accelpipe.traces.collect import FileEvents
+if TYPE_CHECKING:  # collect imports memory, which imports this module
+    from accelpipe.traces.collect import FileEvents
 
 
 @dataclass

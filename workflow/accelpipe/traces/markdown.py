@@ -69,4 +69,31 @@ def render_markdown(summary: dict) -> str:
             f"{_fmt(sec['cpu_ms']['total'])} | {_fmt(kern and kern['mean'])} | "
             f"{_fmt(span and span['mean'])} | {_fmt(busy and busy['mean'])} |"
         )
+    lines += _memory_table(summary.get("memory"))
     return "\n".join(lines) + "\n"
+
+
+def _mib(value: int | None) -> str:
+    return "–" if value is None else f"{value / 2**20:,.3f}"
+
+
+def _memory_table(memory: dict | None) -> list[str]:
+    """Peak allocated MiB per section and device; nothing for a trace without memory events."""
+    if not memory:
+        return []
+    devices = list(memory["peak_allocated_bytes"])
+    peaks = ", ".join(f"{d} {_mib(b)} MiB" for d, b in memory["peak_allocated_bytes"].items())
+    lines = [
+        "",
+        "## Peak allocated memory while each section is open (MiB)",
+        "",
+        f"From {memory['events']:,} `[memory]` events; peak over the trace: {peaks}. "
+        "A section with no memory event while open shows –.",
+        "",
+        "| Section | " + " | ".join(_cell(d) for d in devices) + " |",
+        "|---|" + "---:|" * len(devices),
+    ]
+    for name, peak in memory["sections"].items():
+        cells = " | ".join(_mib((peak or {}).get(d)) for d in devices)
+        lines.append(f"| {_cell(name)} | {cells} |")
+    return lines

@@ -1,60 +1,182 @@
-"""The step-breakdown bar chart (step_breakdown.png)."""
+"""The step-breakdown chart (step_breakdown.png): the mean step as one bar made of its parts,
+and the trace's other sections below it.
+
+The engines record `loader_next` (waiting for the next batch) and `step` in every profiler
+step, and `forward`, `loss`, `backward`, `optimizer_step` inside `step`. A step's parts are
+those sections' mean times plus `other`, the step minus them (logging, `zero_grad`, the
+profiler's own work, what no section covers), so the parts add up to the step. The same
+parts make the per-run bars of results/compare (`step_parts`, `draw_step_bars`).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+# (part, the section it is the mean time of), in the order a step runs them.
+PARTS = (
+    ("data_wait", "loader_next"),
+    ("forward", "forward"),
+    ("loss", "loss"),
+    ("backward", "backward"),
+    ("optimizer_step", "optimizer_step"),
+)
+OTHER = "other"
+PART_NAMES = (*(part for part, _ in PARTS), OTHER)
+LABELS = {
+    "data_wait": "data wait (loader_next)",
+    "forward": "forward",
+    "loss": "loss",
+    "backward": "backward",
+    "optimizer_step": "optimizer step",
+    OTHER: "other (step minus its parts)",
+}
+COLORS = {
+    "data_wait": "tab:red",
+    "forward": "tab:blue",
+    "loss": "tab:purple",
+    "backward": "tab:orange",
+    "optimizer_step": "tab:green",
+    OTHER: "tab:gray",
+}
+STEP_SECTION = "step"  # the engines' section around forward .. optimizer_step
 
-def _rows(summary: dict, max_sections: int) -> tuple[list[str], list[float], list, list, bool]:
-    """Labels and mean ms (CPU, kernels, busy) per bar; the mean step comes first if known."""
-    items = sorted(summary["sections"].items(), key=lambda kv: -kv[1]["cpu_ms"]["mean"])
-    items = items[:max_sections]
-    # Escape '$' so matplotlib never reads a section name as mathtext.
-    labels = [(n if len(n) <= 40 else n[:37] + "...").replace("$", r"\$") for n, _ in items]
+
+@dataclass(frozen=True)
+class StepParts:
+    """The mean step (ms) and its parts (ms, PART_NAMES order), which add up to it."""
+
+    step_ms: float
+    parts: dict[str, float]
+    note: str  # what the step is measured as, and what the trace lacked
+
+
+def _mean_ms(sections: dict[str, Any], name: str, key: str = "cpu_ms") -> float | None:
+    stats = (sections.get(name) or {}).get(key)
+    return stats["mean"] if stats else None
+
+
+def step_parts(summary: dict[str, Any]) -> StepParts | None:
+    """The mean step of a trace summary split into its parts; None without a complete
+    profiler step or a `step` section. A part the trace lacks counts as 0 (its time stays
+    in `other`, and the note says so). Should the parts' means exceed the step (they are
+    means over their own instances), `other` is 0 and the step is the parts' sum."""
+    sections = summary["sections"]
+    means = {part: _mean_ms(sections, name) for part, name in PARTS}
+    steps = summary.get("steps") or {}
+    notes = []
+    if steps.get("ms"):
+        step = steps["ms"]["mean"]
+        notes.append(f"the mean of {steps['count']} complete profiler steps")
+    elif STEP_SECTION in sections:
+        step = (means["data_wait"] or 0.0) + sections[STEP_SECTION]["cpu_ms"]["mean"]
+        notes.append("loader_next + the mean `step` section (no complete profiler step)")
+    else:
+        return None
+    missing = [name for part, name in PARTS if means[part] is None]
+    if missing:
+        notes.append(f"no {', '.join(missing)} section in the trace: its time is in other")
+    known = {part: value or 0.0 for part, value in means.items()}
+    children = sum(known.values())
+    if children > step:
+        notes.append(
+            f"the parts' means add up to {children:.3f} ms, more than the step's {step:.3f} "
+            "ms: other is 0 and the step shown is their sum"
+        )
+        step = children
+    return StepParts(
+        step_ms=round(step, 6),
+        parts={**known, OTHER: round(step - children, 6)},
+        note="; ".join(notes),
+    )
+
+
+def draw_step_bars(ax: Any, names: list[str], runs: list[StepParts | None]) -> None:
+    """One horizontal stacked bar per name (first on top): its step's parts, in ms. A name
+    without parts gets an empty row saying so."""
+    y = np.arange(len(names))
+    left = np.zeros(len(names))
+    for part in PART_NAMES:
+        widths = np.array([r.parts[part] if r else 0.0 for r in runs])
+        ax.barh(y, widths, left=left, height=0.6, color=COLORS[part], label=LABELS[part])
+        left += widths
+    for i, run in enumerate(runs):
+        if run is None:
+            ax.text(0, y[i], "  no profiler step in the trace", va="center", fontsize="small")
+        else:
+            ax.text(run.step_ms, y[i], f" {run.step_ms:.4g} ms", va="center", fontsize="small")
+    ax.set_yticks(y, [_label(n) for n in names])
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set_xlim(0, max([r.step_ms for r in runs if r] or [1.0]) * 1.2)
+    ax.set_xlabel("mean time per step (ms)")
+
+
+def _label(name: str) -> str:
+    """Escape '$' so matplotlib never reads a name as mathtext; shorten long names."""
+    return (name if len(name) <= 40 else name[:37] + "...").replace("$", r"\$")
+
+
+def kernel_parts(summary: dict[str, Any]) -> StepParts | None:
+    """The device kernel time of each part (no `other`), when the trace has any."""
+    kernels = {part: _mean_ms(summary["sections"], name, "kernel_ms") for part, name in PARTS}
+    if not any(kernels.values()):
+        return None
+    parts = {part: value or 0.0 for part, value in kernels.items()}
+    return StepParts(sum(parts.values()), {**parts, OTHER: 0.0}, "device kernels")
+
+
+def _other_sections(summary: dict[str, Any], max_sections: int) -> list[tuple[str, dict]]:
+    """Sections that are neither `step` nor one of its parts, most expensive first."""
+    skipped = {STEP_SECTION, *(name for _, name in PARTS)}
+    items = [(n, s) for n, s in summary["sections"].items() if n not in skipped]
+    return sorted(items, key=lambda kv: -kv[1]["cpu_ms"]["mean"])[:max_sections]
+
+
+def _draw_sections(ax: Any, items: list[tuple[str, dict]]) -> None:
+    """Flat bars of mean ms per instance: CPU, and device kernel and busy time where present."""
+    y = np.arange(len(items))
     cpu = [sec["cpu_ms"]["mean"] for _, sec in items]
-    kern = [(sec["kernel_ms"] or {}).get("mean", 0.0) for _, sec in items]
+    kern = [(sec.get("kernel_ms") or {}).get("mean", 0.0) for _, sec in items]
     busy = [(sec.get("device_busy_ms") or {}).get("mean", 0.0) for _, sec in items]
-    steps = summary.get("steps")
-    has_step = bool(steps and steps.get("ms"))
-    if has_step:
-        labels.insert(0, "step (ProfilerStep)")
-        cpu.insert(0, steps["ms"]["mean"])
-        kern.insert(0, 0.0)
-        busy.insert(0, 0.0)
-    return labels, cpu, kern, busy, has_step
+    ax.barh(y, cpu, height=0.7, color="tab:blue", label="CPU (mean ms)")
+    if any(kern):
+        ax.barh(y, kern, height=0.35, color="tab:orange", label="device kernels (mean ms)")
+    if any(busy):
+        ax.barh(y, busy, height=0.15, color="tab:green", label="device busy (mean ms)")
+    ax.set_yticks(y, [_label(n) for n, _ in items])
+    ax.set_ylim(len(items) - 0.5, -0.5)
+    ax.set_xlabel("mean time per instance (ms)")
+    ax.set_title("other sections (inside the parts above or beside the step)", fontsize="medium")
+    ax.legend(loc="lower right", fontsize="small")
 
 
 def plot_step_breakdown(summary: dict, png_path: str | Path, max_sections: int = 30) -> None:
-    """Horizontal bars of mean ms per section (CPU, and device kernel and busy time where
-    present), with the mean step time as the top bar and a dashed reference line."""
+    """The mean step as one stacked bar of its parts (host time; below it the parts' device
+    kernel time where the trace has kernels), then the other sections as flat bars."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    labels, cpu, kern, busy, has_step = _rows(summary, max_sections)
+    parts = step_parts(summary)
+    kernels = kernel_parts(summary)
+    others = _other_sections(summary, max_sections)
     # Figure + Agg canvas directly: no pyplot global state or backend switching.
-    fig = Figure(figsize=(9, 1.6 + 0.4 * max(len(labels), 1)))
+    fig = Figure(figsize=(9, 3.2 + (0.4 * len(others) + 1.2 if others else 0)))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    if not labels:
-        ax.text(0.5, 0.5, "no steps or sections in trace", ha="center", va="center")
-        ax.set_axis_off()
+    heights = [2.0, 0.4 * len(others) + 1.0] if others else [1.0]
+    axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)
+    top = axes[0][0]
+    if parts is None:
+        top.text(0.5, 0.5, "no steps in trace", ha="center", va="center")
+        top.set_axis_off()
     else:
-        y = np.arange(len(labels))
-        first = 1 if has_step else 0
-        if has_step:
-            ax.barh(y[:1], cpu[:1], height=0.7, color="tab:gray", label="step time (mean ms)")
-            ax.axvline(cpu[0], color="tab:gray", linestyle="--", linewidth=1)
-        ax.barh(y[first:], cpu[first:], height=0.7, color="tab:blue", label="CPU (mean ms)")
-        if any(kern):
-            ax.barh(y, kern, height=0.35, color="tab:orange", label="device kernels (mean ms)")
-        if any(busy):
-            ax.barh(y, busy, height=0.15, color="tab:green", label="device busy (mean ms)")
-        ax.set_yticks(y, labels)
-        ax.set_ylim(len(labels) - 0.5, -0.5)  # first row on top
-        ax.set_xlabel("mean time per instance (ms)")
-        ax.legend(loc="lower right", fontsize="small")
-    ax.set_title(f"Step breakdown ({summary['device']})")
+        rows = [("step (host time)", parts)] + ([("device kernels", kernels)] if kernels else [])
+        draw_step_bars(top, [n for n, _ in rows], [p for _, p in rows])
+        top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize="small")
+    if others:
+        _draw_sections(axes[1][0], others)
+    top.set_title(f"Step breakdown ({summary['device']})")
     fig.tight_layout()
     fig.savefig(png_path, format="png", dpi=100)

@@ -12,6 +12,7 @@ import numpy as np
 from accelpipe.traces import classify, steps
 from accelpipe.traces.collect import FileEvents
 from accelpipe.traces.join import Instances, join_file
+from accelpipe.traces.memory import MemoryPool
 from accelpipe.traces.tf_collect import TFEvents
 from accelpipe.traces.tf_sections import TFFile
 
@@ -74,6 +75,7 @@ class Totals:
 
     def __init__(self) -> None:
         self.sections = SectionPool()
+        self.memory = MemoryPool()
         self.steps: list[steps.Step] = []
         self.hints: set[str] = set()
         self.activity = {k: [0, 0.0] for k in classify.ACTIVITY_KINDS}
@@ -84,7 +86,7 @@ class Totals:
     def add(self, fe: FileEvents, nbytes: int, fmt: str) -> None:
         self.bytes += nbytes
         self.events += fe.events
-        self.nonfinite += fe.nonfinite
+        self.nonfinite += fe.nonfinite + fe.memory.nonfinite
         self.hints |= fe.hints
         self.formats.append(fmt)
         if fmt == "tf-trace-viewer":
@@ -97,6 +99,7 @@ class Totals:
         self.orphans += orphans
         names = list(fe.names)  # ids are insertion order
         self.sections.extend(names, inst)
+        self.memory.extend(names, inst, fe.memory, fe.pid_of)
         self.steps += steps.file_steps(
             fe.pid_of(fe.step_thread),
             np.frombuffer(fe.step_ts, np.float64),
@@ -138,6 +141,7 @@ class Totals:
         activity = {
             k: {"count": c, "total_ms": round(d / 1e3, 6)} for k, (c, d) in self.activity.items()
         }
+        sections = self.sections.summary()
         return {
             "traces": [str(p) for p in paths],
             "format": self.formats[0] if len(set(self.formats)) == 1 else sorted(self.formats),
@@ -145,7 +149,8 @@ class Totals:
             "events": self.events,
             "device": _device(self.hints),
             "steps": self.step_summary(),
-            "sections": self.sections.summary(),
+            "sections": sections,
+            "memory": self.memory.summary(list(sections)),
             "device_activity": {**activity, "kernels_without_launch": self.orphans},
             "skipped_events": {"non_finite_time": self.nonfinite},
             "notes": self.notes,

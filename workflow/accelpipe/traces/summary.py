@@ -36,7 +36,10 @@ def summarize_traces(paths: Sequence[str | Path] | str | Path) -> dict:
     kernels of a Gaudi trace) and ``skipped_events`` (``non_finite_time``: events left out
     for a NaN or infinite ``ts``/``dur``) and ``notes`` (lines on how to read a TF summary:
     see ``traces.tf_sections``; empty for kineto). Stats are ``{"min", "mean", "median", "max",
-    "total"}`` in milliseconds.
+    "total"}`` in milliseconds. ``memory`` (see ``traces.memory``) is None without torch
+    ``[memory]`` events (``profile_memory`` off, or a TF trace); else ``events``,
+    ``peak_allocated_bytes`` per device over the trace and, per section, the peak allocated
+    bytes per device while it was open (None for a section with no memory event inside).
 
     Raises DataError naming the file if a trace is missing, truncated, malformed, neither a
     PyTorch profiler nor a TensorFlow trace viewer trace, or the same trace as another one

@@ -1,0 +1,56 @@
+rule benchmark_row:
+    input:
+        image=image_input,
+        data=prepared_dir,
+        code=code_for("train"),
+    output:
+        directory("work/{workload}/benchmark/{row}"),
+    log:
+        "logs/{workload}/benchmark/{row}.log",
+    conda:
+        "../envs/cpu.yaml"
+    container:
+        container_image
+    threads: 4
+    resources:
+        accel=benchmark_accelerators,
+        gpu=benchmark_gpus,
+        nodes=benchmark_nodes,
+        tasks=benchmark_nodes,
+        mem_mb=8000,
+        runtime=600,
+    params:
+        runtime=runtime_config,
+        cfg=benchmark_row_config,
+        run=benchmark_run,
+    shell:
+        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel}"
+        " train --workload {wildcards.workload} --run {params.run} --prepared {input.data} --config-json {params.cfg:q}"
+        " --out {output} --threads {threads}"
+
+
+rule benchmark:
+    input:
+        image=image_input,
+        rows=benchmark_rows,
+        code=code_for("benchmark"),
+    output:
+        report(
+            directory("results/{workload}/benchmark"),
+            patterns=["{name}.png", "{name}.csv", "{name}.json"],
+            caption="../report/benchmark.rst",
+            category="{workload}",
+            subcategory="benchmark",
+        ),
+    log:
+        "logs/{workload}/benchmark.log",
+    conda:
+        "../envs/cpu.yaml"
+    container:
+        container_image
+    params:
+        runtime=runtime_config,
+        cfg=benchmark_config,
+    shell:
+        "accelpipe --log {log} --runtime {params.runtime:q} benchmark --workload {wildcards.workload} --rows {input.rows}"
+        " --config-json {params.cfg:q} --out {output}"

@@ -1,0 +1,105 @@
+"""A run's row (accelpipe.compare.rows): numbers from its files, cost, marks."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from accelpipe import registry
+from accelpipe.compare.rows import MARKS, build_rows, cost, mark_best, read_row
+from accelpipe.errors import DataError
+from accelpipe.traces.plot import PART_NAMES
+from tests.helpers.run_folders import write_run
+
+
+@pytest.mark.parametrize("workload", sorted(registry.WORKLOADS))
+def test_the_row_holds_the_run_files_numbers(tmp_path: Path, workload: str) -> None:
+    reference = {"samples_per_s": 400.0, "ratio": 0.25, "source": "README"}
+    run = write_run(tmp_path, workload, "r1", metric_value=0.75, reference=reference)
+    row = read_row(run, {})
+    metrics = json.loads((run / "metrics.json").read_text())
+    perf = json.loads((run / "performance.json").read_text())
+    assert row["metric"] == registry.workload(workload).metric
+    assert row["metric_value"] == metrics[row["metric"]]
+    for q in ("median", "p10", "p90"):
+        assert row[f"samples_per_s_{q}"] == perf["samples_per_s"][q]
+    for key in ("time_to_train_s", "world_size", "global_batch", "backend", "precision"):
+        assert row[key] == perf[key]
+    assert row["reference_ratio"] == perf["reference"]["ratio"]
+    assert row["reference_note"] == perf["reference_note"]
+
+
+def test_the_step_parts_add_up_to_the_step(tmp_path: Path) -> None:
+    row = read_row(write_run(tmp_path, "ssd", "fp32"), {})
+    assert sum(row[f"{p}_ms"] for p in PART_NAMES) == pytest.approx(row["step_ms"])
+
+
+def test_cost_per_run_and_per_thousand_samples_count_nodes_and_train_seconds() -> None:
+    per_run, per_1000, note = cost(rate=4.0, nodes=2, seconds=1800.0, samples_per_s=500.0)
+    assert per_run == pytest.approx(1800 / 3600 * 4.0 * 2)
+    assert per_1000 == pytest.approx(1000 / 500 / 3600 * 4.0 * 2, rel=1e-3)  # 4 digits
+    assert "x 2 nodes" in note and "train stage" in note
+
+
+def test_a_backend_without_a_price_has_no_cost_and_says_so(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "resnet50", "fp32", backend="cuda", nodes=3, seconds=7200.0)
+    priced = read_row(run, {"cuda": 2.5, "cpu": 1.0})
+    assert priced["cost_per_run"] == pytest.approx(7200 / 3600 * 2.5 * 3)
+    assert priced["cost_per_1000_samples"] == pytest.approx(1000 / 100 / 3600 * 2.5 * 3, rel=1e-3)
+    unpriced = read_row(run, {"cpu": 1.0})
+    assert unpriced["cost_per_run"] is None and unpriced["cost_per_1000_samples"] is None
+    assert "no cost.per_hour" in unpriced["cost_note"]
+
+
+def test_a_run_published_before_performance_json_is_shown_without_throughput(
+    tmp_path: Path,
+) -> None:
+    run = write_run(tmp_path, "ssd", "old", seconds=90.0, with_performance=False)
+    row = read_row(run, {"cpu": 3.6})
+    assert row["samples_per_s_median"] is None and row["reference_ratio"] is None
+    assert row["time_to_train_s"] == 90.0  # provenance.json's train stage
+    assert row["cost_per_run"] == pytest.approx(90 / 3600 * 3.6)
+    assert row["cost_per_1000_samples"] is None
+    assert any("no performance.json" in note for note in row["notes"])
+    assert row["backend"] == "cpu" and row["world_size"] is None
+
+
+def test_a_metric_that_is_nan_or_missing_is_no_number_and_said(tmp_path: Path) -> None:
+    nan = read_row(write_run(tmp_path, "segmenter", "nan", metric_value=math.nan), {})
+    missing = read_row(write_run(tmp_path, "segmenter", "none", metric_value=None), {})
+    assert nan["metric_value"] is None and missing["metric_value"] is None
+    assert "mIoU is nan" in nan["notes"][0] and "has no mIoU" in missing["notes"][0]
+
+
+def _row(workload: str, run: str, speed: float | None, quality: float | None) -> dict:
+    return {
+        "workload": workload,
+        "run": run,
+        "samples_per_s_median": speed,
+        "metric_value": quality,
+    }
+
+
+def test_the_fastest_and_most_accurate_are_marked_per_workload() -> None:
+    rows = [
+        _row("resnet50", "bf16", 900.0, 0.70),
+        _row("resnet50", "fp32", 400.0, 0.76),
+        _row("resnet50", "old", None, 0.76),
+        _row("ssd", "fp32", 50.0, None),
+    ]
+    mark_best(rows)
+    marked = {mark: [(r["workload"], r["run"]) for r in rows if r[mark]] for mark, _ in MARKS}
+    # per workload: a run without throughput is never the fastest; a tie shares the mark;
+    # a workload whose runs have no metric has no most accurate
+    assert marked["fastest"] == [("resnet50", "bf16"), ("ssd", "fp32")]
+    assert marked["most_accurate"] == [("resnet50", "fp32"), ("resnet50", "old")]
+
+
+def test_a_folder_gone_since_planning_or_none_at_all_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"no provenance\.json, so not a finished run"):
+        read_row(tmp_path / "ssd" / "fp32", {})
+    with pytest.raises(DataError, match="no finished run"):
+        build_rows([], {})

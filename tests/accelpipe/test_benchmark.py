@@ -1,0 +1,82 @@
+"""The benchmark table: one row per benchmark job, its numbers from that job's files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from accelpipe import benchmark
+from accelpipe.engines.train_log import LOG_FIELDS
+from accelpipe.errors import DataError
+
+
+def _train_dir(root: Path, row: str, rates: list[float], waits: list[float]) -> Path:
+    """A benchmark row's train output: stage.json and a train_log.csv of one epoch."""
+    precision, batch = row.rsplit("-b", 1)
+    folder = root / row
+    folder.mkdir(parents=True)
+    stage = {
+        "precision": precision,
+        "global_batch": int(batch),
+        "world_size": 1,
+        "device": "cpu",
+        "peak_device_memory_bytes": None,
+        "peak_host_rss_bytes": 123_000_000,
+    }
+    (folder / "stage.json").write_text(json.dumps(stage))
+    with (folder / "train_log.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        writer.writeheader()
+        for step, (rate, wait) in enumerate(zip(rates, waits, strict=True), 1):
+            step_ms = 1000 * int(batch) / rate
+            writer.writerow(
+                {
+                    "epoch": 0,
+                    "step": step,
+                    "loss": 1.0,
+                    "lr": 0.1,
+                    "samples_per_s": rate,
+                    "data_wait_ms": wait,
+                    "step_ms": step_ms,
+                    "profiled": 0,
+                }
+            )
+    return folder
+
+
+def test_rows_leave_out_the_warmup_and_sort_by_precision_then_batch(tmp_path: Path) -> None:
+    dirs = [
+        _train_dir(tmp_path, "fp32-b8", [1.0, 80.0, 100.0, 120.0], [900, 10, 10, 10]),
+        _train_dir(tmp_path, "bf16-b8", [1.0, 160.0, 200.0, 240.0], [900, 5, 5, 5]),
+        _train_dir(tmp_path, "bf16-b4", [1.0, 40.0, 50.0, 60.0], [900, 0, 0, 0]),
+    ]
+    rows = benchmark.write_table(dirs, "ssd", warmup_steps=1, out=tmp_path / "out")
+    assert [r["row"] for r in rows] == ["bf16-b4", "bf16-b8", "fp32-b8"]
+    fp32 = rows[2]
+    assert (fp32["samples_per_s"], fp32["samples_per_s_p10"], fp32["samples_per_s_p90"]) == (
+        100.0,
+        84.0,
+        116.0,
+    )
+    # step times 100, 80, 66.67 ms: the median is the 100 samples/s step
+    assert fp32["step_ms"] == pytest.approx(80.0)
+    assert fp32["data_wait_share"] == pytest.approx(30 / (100 + 80 + 1000 * 8 / 120), abs=1e-4)
+    assert fp32["steps_measured"] == 3 and fp32["peak_host_rss_bytes"] == 123_000_000
+    table = json.loads((tmp_path / "out" / "benchmark.json").read_text())
+    assert table == {"workload": "ssd", "warmup_steps": 1, "rows": rows}
+    with (tmp_path / "out" / "benchmark.csv").open() as f:
+        assert [r["row"] for r in csv.DictReader(f)] == ["bf16-b4", "bf16-b8", "fp32-b8"]
+    assert (tmp_path / "out" / "benchmark.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_row_without_its_log_is_named_and_no_table_is_left(tmp_path: Path) -> None:
+    good = _train_dir(tmp_path, "fp32-b8", [1.0, 80.0], [0, 0])
+    bad = _train_dir(tmp_path, "bf16-b8", [1.0, 80.0], [0, 0])
+    (bad / "train_log.csv").unlink()
+    with pytest.raises(DataError, match=re.escape("bf16-b8/train_log.csv")):
+        benchmark.write_table([good, bad], "ssd", warmup_steps=1, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,114 @@
+"""Hand-made published run folders (results/<workload>/<run>/) for the compare tests: the
+files publish writes, with the keys results/compare reads (performance.json: the SPEC's)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from accelpipe import registry
+
+# section name -> mean ms of the hand-made trace summary (forward .. inside `step`)
+SECTIONS_MS = {
+    "loader_next": 2.0,
+    "step": 15.0,
+    "forward": 4.0,
+    "loss": 1.0,
+    "backward": 6.0,
+    "optimizer_step": 3.0,
+    "loader_first": 9.0,
+}
+STEP_MS = 20.0  # the mean profiler step: loader_next + step + 3 ms of other
+
+
+def _stats(mean: float) -> dict[str, float]:
+    return {"min": mean, "mean": mean, "median": mean, "max": mean, "total": 2 * mean}
+
+
+def trace_summary(step_ms: float | None = STEP_MS, sections: dict | None = None) -> dict:
+    """A summary as traces.summarize_traces writes it: two complete steps of `step_ms`."""
+    sections = SECTIONS_MS if sections is None else sections
+    return {
+        "device": "cpu",
+        "steps": {"count": 2, "ms": _stats(step_ms), "incomplete_left_out": 0}
+        if step_ms is not None
+        else None,
+        "sections": {
+            name: {"count": 2, "cpu_ms": _stats(ms), "kernel_ms": None, "kernel_span_ms": None}
+            for name, ms in sections.items()
+        },
+    }
+
+
+def performance(
+    workload: str,
+    run: str,
+    samples_per_s: tuple[float, float, float] | None,
+    seconds: float,
+    backend: str = "cpu",
+    reference: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """performance.json with exactly the keys of the SPEC's Contract A."""
+    spread = (
+        dict(zip(("median", "p10", "p90"), samples_per_s, strict=True)) if samples_per_s else None
+    )
+    return {
+        "workload": workload,
+        "run": run,
+        "backend": backend,
+        "device": f"{backend} device",
+        "precision": "fp32",
+        "world_size": 2,
+        "global_batch": 16,
+        "steps": {"total": 10, "logged": 10, "warmup": 2, "profiled_excluded": 3, "measured": 5},
+        "samples_per_s": spread,
+        "step_ms": {"median": 10.0, "p10": 9.0, "p90": 12.0} if samples_per_s else None,
+        "data_wait_share": 0.1 if samples_per_s else None,
+        "time_to_train_s": seconds,
+        "peak_device_memory_bytes": None,
+        "device_memory_source": None,
+        "peak_host_rss_bytes": 1000,
+        "reference": reference,
+        "reference_note": "ratio per card: ..." if reference else "no published figure",
+    }
+
+
+def write_run(
+    results: Path,
+    workload: str,
+    run: str,
+    metric_value: float | None = 0.5,
+    samples_per_s: tuple[float, float, float] | None = (100.0, 90.0, 110.0),
+    seconds: float = 60.0,
+    backend: str = "cpu",
+    nodes: int = 1,
+    with_performance: bool = True,
+    reference: dict[str, Any] | None = None,
+    summary: dict | None = None,
+) -> Path:
+    """A finished run folder; `with_performance=False`: one published before performance.json."""
+    folder = results / workload / run
+    folder.mkdir(parents=True)
+    metric = registry.workload(workload).metric
+    metrics = {"workload": workload, "run": run} | (
+        {metric: metric_value} if metric_value is not None else {}
+    )
+    provenance = {
+        "config": {workload: {"train": {"nodes": nodes, "devices": 2}}},
+        "backend": backend,
+        "device": f"{backend} device",
+        "precision": "fp32",
+        "stages": {"train": {"seconds": seconds}},
+    }
+    files = {
+        "metrics.json": metrics,
+        "provenance.json": provenance,
+        "trace_summary.json": summary if summary is not None else trace_summary(),
+    }
+    if with_performance:
+        perf = performance(workload, run, samples_per_s, seconds, backend, reference)
+        files["performance.json"] = perf
+    for name, content in files.items():
+        (folder / name).write_text(json.dumps(content))
+    return folder

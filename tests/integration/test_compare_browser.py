@@ -1,0 +1,243 @@
+"""results/compare in a real headless Chromium (Debian's, scripts/chromium.sh installs it),
+driven over the DevTools protocol: the page loads without a console error or an uncaught
+exception, shows every run, its plots are images that render, and each number on it is the
+one in the run's files.
+
+The runs are real: results/resnet50/fp32 and results/ssd/fp32 of one tiny project, made once
+for the module. Without Chromium (or websocket-client) the tests skip, saying why, unless
+ACCELPIPE_REQUIRE_BROWSER=1 (CI sets it): then they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelpipe import registry
+from tests.workflow.project import TINY_CONFIG, Project, make_project
+
+pytestmark = pytest.mark.integration
+
+RUNS = ("results/resnet50/fp32", "results/ssd/fp32")
+PER_HOUR = 0.5  # cost.per_hour.cpu of the project: the page shows costs
+PARTS = {
+    "data_wait_ms": "loader_next",
+    "forward_ms": "forward",
+    "loss_ms": "loss",
+    "backward_ms": "backward",
+    "optimizer_step_ms": "optimizer_step",
+}
+# What the page reads: every run's cells (data-field -> text) in both tables, its marks,
+# every image's state after decoding, once the decoding promises settle.
+PAGE_STATE = """
+Promise.allSettled([...document.images].map(i => i.decode())).then(() => JSON.stringify({
+  rows: [...document.querySelectorAll('tr[data-run]')].map(tr => ({
+    table: tr.closest('table').id, workload: tr.dataset.workload, run: tr.dataset.run,
+    cells: Object.fromEntries([...tr.querySelectorAll('td[data-field]')]
+      .map(td => [td.dataset.field, td.innerText.trim()])),
+    marks: tr.querySelector('td.marks') ? tr.querySelector('td.marks').innerText : null})),
+  images: [...document.images].map(i => ({complete: i.complete, width: i.naturalWidth,
+    scheme: i.src.split(':')[0]})),
+}))
+"""
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("ACCELPIPE_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"ACCELPIPE_REQUIRE_BROWSER=1 but {reason}")
+    pytest.skip(reason)
+
+
+class DevTools:
+    """A DevTools protocol session with one page: calls, and the events seen meanwhile."""
+
+    def __init__(self, url: str) -> None:
+        import websocket
+
+        self.ws = websocket.create_connection(url, suppress_origin=True)
+        self.events: list[dict[str, Any]] = []
+        self._id = 0
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self._id += 1
+        self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv())
+            if message.get("id") == self._id:
+                if "error" in message:
+                    raise AssertionError(f"{method}: {message['error']}")
+                return message["result"]
+            self.events.append(message)
+
+    def wait_for(self, event: str) -> dict[str, Any]:
+        while not any(e.get("method") == event for e in self.events):
+            self.events.append(json.loads(self.ws.recv()))
+        return next(e for e in self.events if e.get("method") == event)
+
+    def load(self, url: str) -> dict[str, Any]:
+        """Open `url`; the page's state (PAGE_STATE) once loaded and its images decoded."""
+        self.events.clear()
+        self.call("Page.navigate", url=url)
+        self.wait_for("Page.loadEventFired")
+        result = self.call(
+            "Runtime.evaluate", expression=PAGE_STATE, awaitPromise=True, returnByValue=True
+        )
+        return json.loads(result["result"]["value"])
+
+    def errors(self) -> list[str]:
+        """Console errors, uncaught exceptions and error log entries seen so far."""
+        self.call("Runtime.evaluate", expression="0")  # every earlier event has arrived
+        found = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                found.append(f"exception: {params['exceptionDetails']}")
+            elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+                found.append(f"console.{params['type']}: {params['args']}")
+            elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+                found.append(f"log: {params['entry']['text']} {params['entry'].get('url', '')}")
+        return found
+
+
+def _devtools_port(profile: Path, browser: subprocess.Popen[bytes]) -> int:
+    """Chromium writes the port it chose (--remote-debugging-port=0) into the profile."""
+    active = profile / "DevToolsActivePort"
+    while not (active.exists() and active.read_text().strip()):
+        if browser.poll() is not None:
+            raise AssertionError(f"chromium exited with {browser.returncode} before listening")
+        time.sleep(0.05)
+    return int(active.read_text().split()[0])
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
+    binary = os.environ.get("ACCELPIPE_CHROMIUM") or shutil.which("chromium")
+    if binary is None:
+        _unavailable("no chromium (bash scripts/chromium.sh installs Debian's)")
+    try:
+        import websocket  # noqa: F401
+    except ImportError:
+        _unavailable("no websocket-client (requirements/dev.txt)")
+    profile = tmp_path_factory.mktemp("chromium")
+    # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0"]
+    args += [f"--user-data-dir={profile}", "about:blank"]
+    with (profile.parent / "chromium.log").open("wb") as log:
+        proc = subprocess.Popen([binary, *args], stdout=log, stderr=log)
+    try:
+        port = _devtools_port(profile, proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list") as reply:
+            page = next(t for t in json.load(reply) if t["type"] == "page")
+        tools = DevTools(page["webSocketDebuggerUrl"])
+        for domain in ("Page", "Runtime", "Log"):
+            tools.call(f"{domain}.enable")
+        yield tools
+        tools.ws.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def project(browser: DevTools, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """Two real runs (one per framework) and results/compare, priced on the cpu."""
+    config = TINY_CONFIG | {"cost": {"per_hour": {"cpu": PER_HOUR}}}
+    proj = make_project(tmp_path_factory.mktemp("compare"), config)
+    proj.snakemake(*RUNS)
+    proj.snakemake("results/compare")
+    return proj
+
+
+def _read(run: Path, name: str) -> dict[str, Any]:
+    return json.loads((run / name).read_text())
+
+
+def _expected(run: Path) -> dict[str, tuple[float | None, bool]]:
+    """data-field -> (the value in the run's files, whether it is computed from them and so
+    only equal to 4 significant digits: costs, and `other`, the step minus its parts)."""
+    workload = run.parent.name
+    perf = _read(run, "performance.json")
+    summary = _read(run, "trace_summary.json")
+    nodes = _read(run, "provenance.json")["config"][workload]["train"]["nodes"]
+    metric = _read(run, "metrics.json")[registry.workload(workload).metric]
+    step = summary["steps"]["ms"]["mean"]
+    parts = {f: summary["sections"][s]["cpu_ms"]["mean"] for f, s in PARTS.items()}
+    median = perf["samples_per_s"]["median"]
+    exact = {
+        "metric_value": metric,
+        **{f"samples_per_s_{q}": v for q, v in perf["samples_per_s"].items()},
+        **{k: perf[k] for k in ("time_to_train_s", "world_size", "global_batch")},
+        "reference_ratio": (perf["reference"] or {}).get("ratio"),
+        "nodes": nodes,
+        "step_ms": step,
+        **parts,
+    }
+    computed = {
+        "other_ms": step - sum(parts.values()),
+        "cost_per_run": perf["time_to_train_s"] / 3600 * PER_HOUR * nodes,
+        "cost_per_1000_samples": 1000 / median / 3600 * PER_HOUR * nodes,
+    }
+    return {k: (v, False) for k, v in exact.items()} | {k: (v, True) for k, v in computed.items()}
+
+
+def test_the_page_loads_without_errors_and_its_plots_render(
+    project: Project, browser: DevTools
+) -> None:
+    state = browser.load((project.root / "results/compare/compare.html").as_uri())
+    assert browser.errors() == []
+    assert len(state["images"]) == 3
+    for image in state["images"]:
+        assert image["complete"] and image["width"] > 0 and image["scheme"] == "data"
+
+
+def test_every_run_is_on_the_page_with_the_numbers_of_its_files(
+    project: Project, browser: DevTools
+) -> None:
+    state = browser.load((project.root / "results/compare/compare.html").as_uri())
+    for table in ("runs", "steps"):
+        shown = [
+            f"results/{r['workload']}/{r['run']}" for r in state["rows"] if r["table"] == table
+        ]
+        assert shown == list(RUNS)
+    for run in RUNS:
+        workload, name = run.split("/")[1:]
+        cells: dict[str, str] = {}
+        for row in state["rows"]:
+            if (row["workload"], row["run"]) == (workload, name):
+                cells |= row["cells"]
+        expected = _expected(project.root / run)
+        assert set(expected) <= set(cells)
+        for field, (value, computed) in expected.items():
+            if value is None:
+                assert cells[field] in ("none", "–"), field
+            elif computed:
+                assert float(cells[field]) == pytest.approx(value, rel=1e-3, abs=1e-6), field
+            else:
+                assert float(cells[field]) == value, field
+        # one run per workload: it is that workload's fastest, and its most accurate
+        marks = next(r["marks"] for r in state["rows"] if r["run"] == name and r["marks"])
+        assert "fastest" in marks and "most accurate" in marks
+
+
+def test_the_error_check_sees_errors(browser: DevTools, tmp_path: Path) -> None:
+    """The checks above would catch a broken page: a console error, an uncaught exception
+    and an image that does not load."""
+    broken = tmp_path / "broken.html"
+    broken.write_text(
+        '<img src="missing.png"><script>console.error("bad");throw new Error(\'uncaught\')</script>'
+    )
+    state = browser.load(broken.as_uri())
+    errors = browser.errors()
+    assert any(e.startswith("console.error") for e in errors)
+    assert any(e.startswith("exception") and "uncaught" in e for e in errors)
+    assert any(e.startswith("log:") and "missing.png" in e for e in errors)
+    assert state["images"][0]["width"] == 0

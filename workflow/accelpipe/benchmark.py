@@ -1,0 +1,108 @@
+"""results/<workload>/benchmark: one row per batch size x precision of train-only steps.
+
+Each row is a train job of its own (work/<workload>/benchmark/<precision>-b<batch>): its
+train_log.csv gives the steady-state step statistics (the same as performance.json's, after
+the warm-up steps) and its stage.json the device, world size and peak memory.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from accelpipe.io import atomic_path, read_json, write_json
+from accelpipe.performance import step_statistics
+
+COLUMNS = (
+    "row",
+    "precision",
+    "global_batch",
+    "world_size",
+    "device",
+    "samples_per_s",
+    "samples_per_s_p10",
+    "samples_per_s_p90",
+    "step_ms",
+    "data_wait_share",
+    "steps_measured",
+    "peak_device_memory_bytes",
+    "peak_host_rss_bytes",
+)
+
+
+def row(train_dir: Path, warmup_steps: int) -> dict[str, Any]:
+    """One table row from a benchmark row's train output."""
+    stage = read_json(train_dir / "stage.json")
+    stats = step_statistics(train_dir / "train_log.csv", warmup_steps)
+    rate = stats["samples_per_s"] or {}
+    step = stats["step_ms"] or {}
+    return {
+        "row": train_dir.name,
+        "precision": stage["precision"],
+        "global_batch": stage["global_batch"],
+        "world_size": stage["world_size"],
+        "device": stage["device"],
+        "samples_per_s": rate.get("median"),
+        "samples_per_s_p10": rate.get("p10"),
+        "samples_per_s_p90": rate.get("p90"),
+        "step_ms": step.get("median"),
+        "data_wait_share": stats["data_wait_share"],
+        "steps_measured": stats["steps"]["measured"],
+        "peak_device_memory_bytes": stage.get("peak_device_memory_bytes"),
+        "peak_host_rss_bytes": stage.get("peak_host_rss_bytes"),
+    }
+
+
+def write_table(
+    train_dirs: list[Path], workload: str, warmup_steps: int, out: Path
+) -> list[dict[str, Any]]:
+    """benchmark.csv, benchmark.json and benchmark.png into `out` (atomic); the rows, by
+    precision then batch size."""
+    rows = sorted(
+        (row(d, warmup_steps) for d in train_dirs),
+        key=lambda r: (r["precision"], r["global_batch"]),
+    )
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        with (tmp / "benchmark.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        write_json(
+            tmp / "benchmark.json",
+            {"workload": workload, "warmup_steps": warmup_steps, "rows": rows},
+        )
+        _plot(rows, workload, tmp / "benchmark.png")
+    return rows
+
+
+def _plot(rows: list[dict[str, Any]], workload: str, path: Path) -> None:
+    """Throughput (median, p10-p90 whiskers) and step time per batch size, a series per
+    precision."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (rate_ax, step_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for precision in sorted({r["precision"] for r in rows}):
+        series = [r for r in rows if r["precision"] == precision and r["samples_per_s"]]
+        batches = [r["global_batch"] for r in series]
+        rates = [r["samples_per_s"] for r in series]
+        errors = [
+            [r["samples_per_s"] - r["samples_per_s_p10"] for r in series],
+            [r["samples_per_s_p90"] - r["samples_per_s"] for r in series],
+        ]
+        rate_ax.errorbar(batches, rates, yerr=errors, marker="o", capsize=3, label=precision)
+        step_ax.plot(batches, [r["step_ms"] for r in series], marker="o", label=precision)
+    rate_ax.set(xlabel="global batch", ylabel="samples/s (median, p10-p90)")
+    step_ax.set(xlabel="global batch", ylabel="step time, ms (median)")
+    for ax in (rate_ax, step_ax):
+        ax.set_xscale("log", base=2)
+        ax.legend(title="precision")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{workload}: train-step benchmark")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,181 @@
+"""One row per finished run, read from the run's files, and the per-workload marks.
+
+Every number comes from a file of the run as it is there (metrics.json, performance.json,
+trace_summary.json, provenance.json) or is computed from those alone: the step parts
+(`traces.plot.step_parts`) and the cost (`cost`). A run published before performance.json
+existed has no throughput or reference ratio: its row says so instead.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from accelpipe import registry
+from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMARY
+from accelpipe.errors import DataError
+from accelpipe.io import read_json
+from accelpipe.traces.plot import PART_NAMES, step_parts
+
+PART_COLUMNS = tuple(f"{part}_ms" for part in PART_NAMES)
+COLUMNS = (
+    "workload",
+    "run",
+    "backend",
+    "device",
+    "precision",
+    "world_size",
+    "global_batch",
+    "nodes",
+    "metric",
+    "metric_value",
+    "samples_per_s_median",
+    "samples_per_s_p10",
+    "samples_per_s_p90",
+    "time_to_train_s",
+    "reference_ratio",
+    "reference_note",
+    "step_ms",
+    *PART_COLUMNS,
+    "step_note",
+    "cost_per_run",
+    "cost_per_1000_samples",
+    "cost_note",
+    "fastest",
+    "most_accurate",
+    "notes",
+)
+# (mark, the column whose highest value per workload earns it)
+MARKS = (("fastest", "samples_per_s_median"), ("most_accurate", "metric_value"))
+
+
+def _optional_json(path: Path) -> dict[str, Any] | None:
+    return read_json(path) if path.exists() else None
+
+
+def _finite(value: Any) -> float | None:
+    """A metric as a number, or None where it is missing, not a number, or NaN/inf."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _significant(value: float) -> float:
+    return float(f"{value:.4g}")
+
+
+def cost(
+    rate: float | None, nodes: int, seconds: float | None, samples_per_s: float | None
+) -> tuple[float | None, float | None, str]:
+    """Cost of the run and of 1,000 samples at `rate` per node-hour (4 significant digits),
+    and what they count; no rate: no numbers."""
+    if rate is None:
+        return None, None, "no price: the config has no cost.per_hour for this backend"
+    per_run = _significant(seconds / 3600 * rate * nodes) if seconds is not None else None
+    per_1000 = _significant(1000 / samples_per_s / 3600 * rate * nodes) if samples_per_s else None
+    counted = f"{rate:g} per node-hour x {nodes} node{'s' if nodes > 1 else ''}: per run, the "
+    counted += "train stage's seconds (not data preparation, evaluation or queueing)"
+    counted += "; per 1,000 samples, at the median samples/s" if per_1000 else ""
+    return per_run, per_1000, counted
+
+
+def _throughput(performance: dict[str, Any] | None) -> dict[str, float | None]:
+    spread = (performance or {}).get("samples_per_s") or {}
+    return {f"samples_per_s_{q}": spread.get(q) for q in ("median", "p10", "p90")}
+
+
+def _steps(run_dir: Path) -> dict[str, Any]:
+    summary = _optional_json(run_dir / TRACE_SUMMARY)
+    parts = step_parts(summary) if summary else None
+    if parts is None:
+        note = "no trace_summary.json" if summary is None else "no profiler step in the trace"
+        return {"step_ms": None, **dict.fromkeys(PART_COLUMNS), "step_note": note}
+    values = {f"{part}_ms": ms for part, ms in parts.parts.items()}
+    return {"step_ms": parts.step_ms, **values, "step_note": parts.note}
+
+
+def _metric(run_dir: Path, metric: str) -> tuple[float | None, list[str]]:
+    metrics = read_json(run_dir / METRICS)
+    value = _finite(metrics.get(metric))
+    if metric not in metrics:
+        return None, [f"metrics.json has no {metric}"]
+    if value is None:
+        return None, [f"metrics.json: {metric} is {metrics[metric]!r}, not a number"]
+    return value, []
+
+
+def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
+    """The row of one run folder; `per_hour`: the config's cost.per_hour."""
+    workload, run = run_dir.parent.name, run_dir.name
+    if not (run_dir / PROVENANCE).exists():
+        # Snakemake found it while planning: a job of the same command is publishing it again.
+        raise DataError(
+            f"{run_dir}: no {PROVENANCE}, so not a finished run (being published again right "
+            "now?); ask for results/compare again once the run is done"
+        )
+    metric = registry.workload(workload).metric
+    provenance = read_json(run_dir / PROVENANCE)
+    performance = _optional_json(run_dir / PERFORMANCE)
+    value, notes = _metric(run_dir, metric)
+    facts = performance or {}
+    try:
+        nodes = provenance["config"][workload]["train"].get("nodes", 1)
+        seconds = facts.get("time_to_train_s", provenance["stages"]["train"]["seconds"])
+    except (KeyError, TypeError):
+        raise DataError(f"{run_dir / PROVENANCE}: no train settings or train stage") from None
+    if performance is None:
+        notes.append(
+            "no performance.json (published before accelpipe measured throughput): no "
+            f"throughput or reference ratio; time to train from provenance.json; run "
+            f"`snakemake {run_dir}` to publish it again"
+        )
+    throughput = _throughput(performance)
+    backend = facts.get("backend", provenance["backend"])
+    per_run, per_1000, cost_note = cost(
+        per_hour.get(backend), nodes, seconds, throughput["samples_per_s_median"]
+    )
+    reference = facts.get("reference") or {}
+    return {
+        "workload": workload,
+        "run": run,
+        "backend": backend,
+        "device": facts.get("device", provenance["device"]),
+        "precision": facts.get("precision", provenance["precision"]),
+        "world_size": facts.get("world_size"),
+        "global_batch": facts.get("global_batch"),
+        "nodes": nodes,
+        "metric": metric,
+        "metric_value": value,
+        **throughput,
+        "time_to_train_s": seconds,
+        "reference_ratio": reference.get("ratio"),
+        "reference_note": facts.get("reference_note", "no performance.json"),
+        **_steps(run_dir),
+        "cost_per_run": per_run,
+        "cost_per_1000_samples": per_1000,
+        "cost_note": cost_note,
+        **dict.fromkeys(mark for mark, _ in MARKS),
+        "notes": notes,
+    }
+
+
+def mark_best(rows: list[dict[str, Any]]) -> None:
+    """Per workload, mark the rows with the highest median samples/s (fastest) and the
+    highest quality metric (most accurate); ties share the mark, a row without the number
+    never has it."""
+    for workload in {row["workload"] for row in rows}:
+        mine = [row for row in rows if row["workload"] == workload]
+        for mark, column in MARKS:
+            best = max((row[column] for row in mine if row[column] is not None), default=None)
+            for row in mine:
+                row[mark] = best is not None and row[column] == best
+
+
+def build_rows(run_dirs: list[Path], per_hour: dict[str, float]) -> list[dict[str, Any]]:
+    """The rows of the runs, in the given order, marked."""
+    if not run_dirs:
+        raise DataError("results/compare: no finished run (no results/<workload>/<run>/)")
+    rows = [read_row(run_dir, per_hour) for run_dir in run_dirs]
+    mark_best(rows)
+    return rows

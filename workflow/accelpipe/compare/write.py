@@ -1,0 +1,43 @@
+"""Write results/compare: compare.csv, compare.json, the plots and compare.html."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from accelpipe.compare import page, plots
+from accelpipe.compare.rows import COLUMNS, build_rows
+from accelpipe.io import atomic_path, write_json, write_text
+
+ALT_TEXT = {
+    plots.QUALITY: "quality metric per run, one panel per workload",
+    plots.THROUGHPUT: "median samples/s per run with p10 to p90 whiskers",
+    plots.STEPS: "mean step per run, stacked from its parts",
+}
+
+
+def _csv_value(value: Any) -> Any:
+    """CSV cells: empty for none, the notes joined on one line."""
+    if value is None:
+        return ""
+    return " | ".join(value) if isinstance(value, list) else value
+
+
+def write_compare(
+    run_dirs: list[Path], per_hour: dict[str, float], out: Path
+) -> list[dict[str, Any]]:
+    """Write `out` (atomically) for the finished runs `run_dirs` at the config's
+    cost.per_hour; return the rows."""
+    rows = build_rows(run_dirs, per_hour)
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        with (tmp / "compare.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows({k: _csv_value(v) for k, v in row.items()} for row in rows)
+        write_json(tmp / "compare.json", {"cost": {"per_hour": per_hour}, "runs": rows})
+        plots.write_plots(rows, tmp)
+        images = [(tmp / name, ALT_TEXT[name]) for name in plots.PLOTS]
+        write_text(tmp / "compare.html", page.render(rows, per_hour, images))
+    return rows
