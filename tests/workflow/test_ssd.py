@@ -97,6 +97,17 @@ def test_rerun_is_a_no_op_and_a_run_override_retrains_only_that_run(project: Pro
     assert jobs == {"train": 1, "evaluate": 1, "summarize_trace": 1, "publish_run": 1}
 
 
+def test_two_worker_run_shards_the_global_batch(project: Project) -> None:
+    """devices: 2 trains with MultiWorkerMirroredStrategy: two processes, each half of the
+    global batch of 4 from its own share of the records."""
+    project.snakemake("work/ssd/ddp/train")
+    stage = json.loads((project.root / "work/ssd/ddp/train/stage.json").read_text())
+    assert (stage["world_size"], stage["global_batch"], stage["steps"]) == (2, 4, 6)
+    with (project.root / "work/ssd/ddp/train/train_log.csv").open() as f:
+        losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 6 and all(0 < v < 100 for v in losses)
+
+
 def test_pretrained_backbone_is_loaded_and_its_frozen_layers_kept(
     project: Project, tmp_path: Path
 ) -> None:
