@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from accelpipe import benchmark
-from accelpipe.engines.train_log import LOG_FIELDS
 from accelpipe.errors import DataError
+from tests.helpers.train_logs import write_train_log
 
 
 def _train_dir(root: Path, row: str, rates: list[float], waits: list[float]) -> Path:
@@ -28,23 +28,10 @@ def _train_dir(root: Path, row: str, rates: list[float], waits: list[float]) -> 
         "peak_host_rss_bytes": 123_000_000,
     }
     (folder / "stage.json").write_text(json.dumps(stage))
-    with (folder / "train_log.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
-        writer.writeheader()
-        for step, (rate, wait) in enumerate(zip(rates, waits, strict=True), 1):
-            step_ms = 1000 * int(batch) / rate
-            writer.writerow(
-                {
-                    "epoch": 0,
-                    "step": step,
-                    "loss": 1.0,
-                    "lr": 0.1,
-                    "samples_per_s": rate,
-                    "data_wait_ms": wait,
-                    "step_ms": step_ms,
-                    "profiled": 0,
-                }
-            )
+    steps = [
+        (rate, wait, 1000 * int(batch) / rate, "0") for rate, wait in zip(rates, waits, strict=True)
+    ]
+    write_train_log(folder / "train_log.csv", steps)
     return folder
 
 

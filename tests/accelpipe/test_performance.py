@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -11,9 +10,9 @@ import pytest
 import yaml
 
 from accelpipe import performance
-from accelpipe.engines.train_log import LOG_FIELDS
 from accelpipe.errors import DataError
 from accelpipe.performance import Figure
+from tests.helpers.train_logs import write_train_log
 
 # step: (samples/s, data wait ms, step ms, profiled). Step 1 is the warm-up, the profiler ran
 # steps 2 and 3, and steps 4..8 are measured.
@@ -47,23 +46,8 @@ FIGURES = [
 
 
 def _write_log(path: Path) -> Path:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
-        writer.writeheader()
-        for step, (rate, waited, took, profiled) in LOG.items():
-            writer.writerow(
-                {
-                    "epoch": 0,
-                    "step": step,
-                    "loss": 1.0,
-                    "lr": 0.1,
-                    "samples_per_s": rate,
-                    "data_wait_ms": waited,
-                    "step_ms": took,
-                    "profiled": profiled,
-                }
-            )
-    return path
+    assert list(LOG) == list(range(1, len(LOG) + 1))
+    return write_train_log(path, LOG.values())
 
 
 def test_statistics_leave_out_warmup_and_profiled_steps(tmp_path: Path) -> None:
