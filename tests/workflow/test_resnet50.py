@@ -106,17 +106,6 @@ def test_shipped_config_learns_the_classes(tmp_path: Path) -> None:
     assert metrics["top1"] > 5 * metrics["chance_top1"], metrics
 
 
-def test_import_without_the_train_tar_names_the_key(project: Project) -> None:
-    before = project.fingerprint("results")
-    source = 'datasets={"imagenet":{"source":"import"}}'
-    proc = project.snakemake(*RUNS, "--config", source, check=False)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "datasets.imagenet.import.train_tar" in output, output
-    assert "Traceback" not in output, output
-    assert project.fingerprint("results") == before
-
-
 BENCHMARK = "results/resnet50/benchmark"
 
 
@@ -124,7 +113,9 @@ def test_benchmark_rows_are_train_only_jobs_whose_table_matches_their_logs(
     project: Project,
 ) -> None:
     planned = project.planned_jobs(BENCHMARK)
-    assert planned == {"benchmark_row": 2, "benchmark": 1}  # one job per row, no evaluate
+    # one job per row, and no run's train or evaluate (data jobs if a test before made them stale)
+    assert (planned["benchmark_row"], planned["benchmark"]) == (2, 1)
+    assert not {"train", "evaluate", "publish_run"} & planned.keys()
     project.snakemake(BENCHMARK)
     table = json.loads((project.root / BENCHMARK / "benchmark.json").read_text())
     assert [r["row"] for r in table["rows"]] == ["fp32-b4", "fp32-b8"]
@@ -146,9 +137,20 @@ def test_benchmark_rows_are_train_only_jobs_whose_table_matches_their_logs(
 
 
 def test_a_benchmark_setting_reruns_the_benchmark_only(project: Project) -> None:
-    project.snakemake(BENCHMARK)
+    project.snakemake(*RUNS, BENCHMARK)  # a no-op unless a test before changed the data
     override = "resnet50=" + json.dumps({"benchmark": {"steps": 5}})
     assert project.planned_jobs(*RUNS, BENCHMARK, "--config", override) == {
         "benchmark_row": 2,
         "benchmark": 1,
     }
+
+
+def test_import_without_the_train_tar_names_the_key(project: Project) -> None:
+    before = project.fingerprint("results")
+    source = 'datasets={"imagenet":{"source":"import"}}'
+    proc = project.snakemake(*RUNS, "--config", source, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "datasets.imagenet.import.train_tar" in output, output
+    assert "Traceback" not in output, output
+    assert project.fingerprint("results") == before
