@@ -109,7 +109,7 @@ def test_parallel_workers_write_identical_records(
 
 def test_default_shard_counts(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    monkeypatch.setattr(ade20k, "write_shards", lambda *args: calls.append(args[1:4:2]))
+    monkeypatch.setattr(ade20k, "write_shards", lambda *args, **_: calls.append(args[1:4:2]))
     ade20k.prepare_variant("tfrecord", raw, tmp_path / "out", {}, workers=1)
     assert calls == [("train", 64), ("val", 8)]
 
@@ -167,7 +167,7 @@ def _prepare_fails(raw: Path, out: Path, workers: int = 1) -> str:
 def no_shards(monkeypatch: pytest.MonkeyPatch) -> list:
     """Records every write_shards call (none may happen before a pairing error)."""
     calls: list = []
-    monkeypatch.setattr(ade20k, "write_shards", lambda *args: calls.append(args))
+    monkeypatch.setattr(ade20k, "write_shards", lambda *args, **_: calls.append(args))
     return calls
 
 

@@ -165,7 +165,7 @@ def prepare(
     or a size mismatch stops it from the worker. Each is one DataError naming the files, and
     an existing `out` is left untouched. Records are checked against the expected count.
     """
-    from accelpipe.datasets.ade20k_tfrecord import encode, pairs
+    from accelpipe.datasets.ade20k_tfrecord import encode, pair_files, pairs
 
     raw, out = Path(raw), Path(out)
     shards = {"train": train_shards, "val": val_shards}
@@ -173,7 +173,7 @@ def prepare(
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for split in SPLITS:
-            write_shards(tmp, split, plans[split], shards[split], encode, workers)
+            write_shards(tmp, split, plans[split], shards[split], encode, workers, files=pair_files)
         counts = {split: len(plans[split]) for split in SPLITS}
         write_json(tmp / "dataset.json", _meta(counts, shards))
     return out

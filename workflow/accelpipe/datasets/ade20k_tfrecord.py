@@ -118,6 +118,11 @@ def _check_label(data: bytes, pair: Pair) -> tuple[int, int]:
     return width, height
 
 
+def pair_files(pair: Pair) -> tuple[str, str]:
+    """The files `encode` reads for this pair (read ahead by tfrecord.write_shards)."""
+    return pair.image, pair.label
+
+
 def encode(pair: Pair) -> bytes:
     """The serialized Example of one pair; DataError naming the file(s) if a check fails."""
     image, label = _read(pair.image), _read(pair.label)

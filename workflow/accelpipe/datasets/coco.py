@@ -28,7 +28,7 @@ from typing import Any
 
 from accelpipe.datasets import existing_copy
 from accelpipe.datasets.coco_synthetic import synthesize
-from accelpipe.datasets.coco_tfrecord import SplitStats, encode, records
+from accelpipe.datasets.coco_tfrecord import SplitStats, encode, image_files, records
 from accelpipe.datasets.download import download, safe_extract
 from accelpipe.datasets.tfrecord import write_shards
 from accelpipe.errors import ConfigError, DataError
@@ -209,7 +209,9 @@ def prepare(
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for split in SPLITS:
-            write_shards(tmp, split, plans[split], shards[split], encode, workers)
+            write_shards(
+                tmp, split, plans[split], shards[split], encode, workers, files=image_files
+            )
         shutil.copyfile(annotation_file(raw, "val"), tmp / "instances_val2017.json")
         write_json(tmp / "dataset.json", _meta(stats, shards, cats["train"]))
     return out

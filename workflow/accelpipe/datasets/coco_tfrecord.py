@@ -233,6 +233,11 @@ def jpeg_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+def image_files(record: ImageRecord) -> tuple[str]:
+    """The files `encode` reads for this record (read ahead by tfrecord.write_shards)."""
+    return (record.path,)
+
+
 def encode(record: ImageRecord) -> bytes:
     """The serialized Example of one image; DataError naming the image id if its JPEG is bad."""
     try:

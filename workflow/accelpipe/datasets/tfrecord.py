@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import google_crc32c
 
 from accelpipe.datasets.pool import map_tasks
+from accelpipe.datasets.readahead import ahead
 from accelpipe.errors import DataError
 
 SHARD_NAME = "{prefix}-{index:05d}-of-{count:05d}.tfrecord"
@@ -117,6 +118,7 @@ class _ShardTask:
     path: str
     items: Sequence[Any]
     encode: Callable[[Any], bytes]
+    files: Callable[[Any], Iterable[str]] | None
 
 
 def _masked_crc32c(data: bytes) -> bytes:
@@ -136,8 +138,9 @@ def write_record(file: BinaryIO, record: bytes) -> None:
 def _write_shard(task: _ShardTask) -> int:
     """Encode and write one shard; return the number of records written."""
     written = 0
+    items = task.items if task.files is None else ahead(task.items, task.files)
     with open(task.path, "wb") as file:
-        for item in task.items:
+        for item in items:
             write_record(file, task.encode(item))
             written += 1
     return written
@@ -150,18 +153,22 @@ def write_shards(
     num_shards: int,
     encode: Callable[[Any], bytes],
     workers: int = 1,
+    files: Callable[[Any], Iterable[str]] | None = None,
 ) -> list[Path]:
     """Write `encode(item)` for every item into `num_shards` shards in `out_dir`; return them.
 
     `encode` runs in the worker processes (it must be a picklable module-level callable) and
-    may raise DataError to abort everything. Every shard is written, empty ones too, so the
-    file names always say how many there are. Raises DataError if fewer or more records than
-    items were written.
+    may raise DataError to abort everything. `files(item)`, where given (module-level too),
+    names the files `encode` will read: they are read ahead (datasets.readahead). Every shard
+    is written, empty ones too, so the file names always say how many there are. Raises
+    DataError if fewer or more records than items were written.
     """
     if num_shards < 1:
         raise DataError(f"{prefix}: the number of shards must be >= 1, got {num_shards}")
     tasks = [
-        _ShardTask(str(out_dir / shard_name(prefix, i, num_shards)), items[i::num_shards], encode)
+        _ShardTask(
+            str(out_dir / shard_name(prefix, i, num_shards)), items[i::num_shards], encode, files
+        )
         for i in range(num_shards)
     ]
     # Big shards first would balance better, but round-robin shards differ by one item.
