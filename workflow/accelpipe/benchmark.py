@@ -7,11 +7,10 @@ the warm-up steps) and its stage.json the device, world size and peak memory.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
-from accelpipe.io import atomic_path, read_json, write_json
+from accelpipe.io import atomic_path, read_json, write_csv, write_json
 from accelpipe.performance import step_statistics
 
 COLUMNS = (
@@ -65,10 +64,7 @@ def write_table(
     )
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        with (tmp / "benchmark.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(tmp / "benchmark.csv", rows, COLUMNS)
         write_json(
             tmp / "benchmark.json",
             {"workload": workload, "warmup_steps": warmup_steps, "rows": rows},

@@ -115,39 +115,22 @@ def build_parser() -> argparse.ArgumentParser:
         cfg,
         ("--out", "result folder"),
     )
-    aggregate = _add(
-        sub,
-        "aggregate",
-        "aggregate cross-validation folds",
-        ("--out", "aggregate folder"),
+    # Stages that gather many folders into one: (name, help, options, (list flag, its help)).
+    workload, runs = ("--workload", "workload name"), ("--runs", "published run folders")
+    gathering = (
+        ("aggregate", "aggregate cross-validation folds", [], ("--runs", "published fold folders")),
+        ("grid", "rank the runs of a hyperparameter grid", [workload, cfg], runs),
+        (
+            "benchmark",
+            "tabulate the benchmark rows of a workload",
+            [workload, cfg],
+            ("--rows", "benchmark rows' train outputs"),
+        ),
+        ("compare", "one page comparing every finished run", [cfg], runs),
     )
-    aggregate.add_argument("--runs", nargs="+", required=True, help="published fold folders")
-    grid = _add(
-        sub,
-        "grid",
-        "rank the runs of a hyperparameter grid",
-        ("--workload", "workload name"),
-        cfg,
-        ("--out", "grid folder"),
-    )
-    grid.add_argument("--runs", nargs="+", required=True, help="published run folders")
-    bench = _add(
-        sub,
-        "benchmark",
-        "tabulate the benchmark rows of a workload",
-        ("--workload", "workload name"),
-        cfg,
-        ("--out", "benchmark folder"),
-    )
-    bench.add_argument("--rows", nargs="+", required=True, help="benchmark rows' train outputs")
-    compare = _add(
-        sub,
-        "compare",
-        "one page comparing every finished run",
-        cfg,
-        ("--out", "compare folder"),
-    )
-    compare.add_argument("--runs", nargs="+", required=True, help="published run folders")
+    for name, help_text, options, (flag, flag_help) in gathering:
+        stage = _add(sub, name, help_text, *options, ("--out", f"{name} folder"))
+        stage.add_argument(flag, nargs="+", required=True, help=flag_help)
     images = sub.add_parser("images", help="tag or build the container image of a backend")
     images.add_argument("action", choices=("tag", "build"))
     images.add_argument("--backend", required=True, help="cpu, cuda, rocm or gaudi")

@@ -7,11 +7,12 @@ killed job never leaves a file or folder that looks complete.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,16 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
     """Write `data` as indented JSON to `path` atomically."""
     write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(
+    path: str | os.PathLike[str], rows: Iterable[dict[str, Any]], columns: Sequence[str]
+) -> None:
+    """Write dict rows under a header of `columns` to `path` atomically."""
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

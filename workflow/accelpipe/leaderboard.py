@@ -15,7 +15,7 @@ from typing import Any
 
 from accelpipe.errors import DataError
 from accelpipe.grid import split_key
-from accelpipe.io import atomic_path, read_json, write_json
+from accelpipe.io import atomic_path, read_json, write_csv, write_json
 
 
 def _median_throughput(train_log: Path) -> float | None:
@@ -59,10 +59,7 @@ def rank_runs(
     columns = ["rank", "run", metric, *keys, "samples_per_s", "train_seconds"]
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        with (tmp / "grid.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(tmp / "grid.csv", rows, columns)
         write_json(tmp / "grid.json", {"metric": metric, "keys": keys, "runs": rows})
         _plot(rows, metric, tmp / "grid.png")
     return rows

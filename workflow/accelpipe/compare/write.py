@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 from accelpipe.compare import page, plots
 from accelpipe.compare.rows import COLUMNS, build_rows
-from accelpipe.io import atomic_path, write_json, write_text
+from accelpipe.io import atomic_path, write_csv, write_json, write_text
 
 ALT_TEXT = {
     plots.QUALITY: "quality metric per run, one panel per workload",
@@ -32,10 +31,8 @@ def write_compare(
     rows = build_rows(run_dirs, per_hour)
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        with (tmp / "compare.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows({k: _csv_value(v) for k, v in row.items()} for row in rows)
+        csv_rows = ({k: _csv_value(v) for k, v in row.items()} for row in rows)
+        write_csv(tmp / "compare.csv", csv_rows, COLUMNS)
         write_json(tmp / "compare.json", {"cost": {"per_hour": per_hour}, "runs": rows})
         plots.write_plots(rows, tmp)
         images = [(tmp / name, ALT_TEXT[name]) for name in plots.PLOTS]

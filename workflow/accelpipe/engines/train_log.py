@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from accelpipe.engines import scalars
+from accelpipe.io import write_csv
 
 LOG_FILE = "train_log.csv"
 # `profiled`: "1" where the profiler's schedule had it warming up or recording that step
@@ -91,7 +92,4 @@ def truncate_log(work_dir: Path, last_step: int) -> None:
         return
     with path.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if int(r["step"]) <= last_step]
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(path, rows, LOG_FIELDS)
