@@ -14,6 +14,9 @@ from the page cache first, posix_fadvise DONTNEED, as for a dataset larger than 
 freshly downloaded), and `warm`, from the page cache (a re-run on a small set). The floor of the
 warm case is a memory copy: there a converter pays its hashing and encoding in full.
 
+The process imports what `accelpipe prepare` imports and no more: with TensorFlow imported,
+every fork of a pool took ~10 ms longer on both sides, which flattered the ratio.
+
     PYTHONPATH=workflow python benchmarks/bench_tfrecord.py --train 320 --val 80 --size 640 480
 """
 
@@ -158,8 +161,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3, help="best of N timings for each side")
     ap.add_argument("--tmp", default=None, help="scratch folder on a disk, not tmpfs")
     args = ap.parse_args(argv)
-
-    import tensorflow  # noqa: F401  (imported before timing: prepare imports it lazily)
 
     chosen = DATASETS if args.dataset == "all" else (args.dataset,)
     scratch = Path(tempfile.mkdtemp(prefix="bench_tfrecord.", dir=args.tmp))

@@ -49,3 +49,26 @@ def test_a_flipped_byte_fails_tensorflows_checksum(tmp_path: Path) -> None:
 def test_no_shard_count_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="number of shards"):
         tfrecord.write_shards(tmp_path, "t", RECORDS, 0, _identity)
+
+
+# Lengths and values on both sides of each varint width (1, 2, 3 bytes and the loop beyond).
+VARINT_EDGES = [0, 1, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**28, 2**63 - 1]
+
+
+@pytest.mark.parametrize("length", VARINT_EDGES[:8])
+def test_example_with_a_value_of_each_varint_width_parses_in_tensorflow(length: int) -> None:
+    blob = bytes(range(256)) * (length // 256) + bytes(length % 256)
+    ints = [*VARINT_EDGES, -1, -(2**63)]
+    encoded = tfrecord.example(
+        {
+            "blob": tfrecord.bytes_feature(blob),
+            "ints": tfrecord.int64_feature(ints),
+            "floats": tfrecord.float_feature([0.5, -2.0]),
+            "text": tfrecord.bytes_feature(["a", "bc"]),
+        }
+    )
+    parsed = tf.train.Example.FromString(encoded).features.feature
+    assert parsed["blob"].bytes_list.value == [blob]
+    assert list(parsed["ints"].int64_list.value) == ints
+    assert list(parsed["floats"].float_list.value) == [0.5, -2.0]
+    assert parsed["text"].bytes_list.value == [b"a", b"bc"]

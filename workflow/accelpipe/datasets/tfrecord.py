@@ -14,6 +14,7 @@ worker cost seconds per worker, more than converting a small dataset.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ _ONE_BYTE = tuple(bytes((i,)) for i in range(128))  # most varints: tags, short 
 def _varint(value: int) -> bytes:
     if 0 <= value < 128:
         return _ONE_BYTE[value]
+    if 0 < value < 1 << 21:  # most lengths: a JPEG's is 3 bytes
+        if value < 1 << 14:
+            return bytes((value & 0x7F | 0x80, value >> 7))
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
     value &= (1 << 64) - 1  # int64: negative values are 10-byte two's complement varints
     out = bytearray()
     while value > 0x7F:
@@ -92,13 +97,19 @@ def int64_feature(values: int | Iterable[int]) -> bytes:
     return _field(3, _field(1, packed) if ints else b"")  # Feature.int64_list = 3, packed
 
 
+@functools.cache
+def _map_key(name: str) -> bytes:
+    """The key field of a Features map entry (a handful of names, encoded once)."""
+    return _field(1, name.encode())
+
+
 def example(features: dict[str, bytes]) -> bytes:
     """Serialized tf.train.Example of {name: encoded Feature}."""
     # Features.feature is map<string, Feature>: entries {1: key, 2: value} in field 1 of
     # Features, which is field 1 of Example. Joined once: the features are copied once.
     parts: list[bytes] = []
     for name, feature in features.items():
-        key = _field(1, name.encode())
+        key = _map_key(name)
         value_header = _header(2, len(feature))
         parts += (
             _header(1, len(key) + len(value_header) + len(feature)),
