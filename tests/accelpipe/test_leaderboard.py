@@ -14,30 +14,29 @@ from accelpipe.leaderboard import rank_runs
 KEYS = ["model.decoder", "train.lr"]
 
 
-def _run(root: Path, name: str, miou: float, decoder: str, lr: float, rates: list[float]) -> Path:
+def _run(root: Path, name: str, miou: float, decoder: str, lr: float, median: float | None) -> Path:
+    """A published run folder with the files the grid reads (as publish writes them)."""
     run = root / name
     run.mkdir(parents=True)
     (run / "metrics.json").write_text(json.dumps({"mIoU": miou, "pixel_accuracy": 0.5}))
     block = {"model": {"decoder": decoder, "encoder": "tiny"}, "train": {"lr": lr}}
     provenance = {"config": {"segmenter": block}, "stages": {"train": {"seconds": 12.5}}}
     (run / "provenance.json").write_text(json.dumps(provenance))
-    with (run / "train_log.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["epoch", "step", "loss", "lr", "samples_per_s", "data_wait_ms", "step_ms"])
-        for step, rate in enumerate(rates):
-            writer.writerow([0, step, 1.0, lr, rate, 1.0, 10.0])
+    rate = None if median is None else {"median": median, "p10": median / 2, "p90": median * 2}
+    performance = {"samples_per_s": rate, "time_to_train_s": 12.5, "step_ms": None}
+    (run / "performance.json").write_text(json.dumps(performance))
     return run
 
 
 def test_runs_are_ranked_by_the_metric_with_their_settings(tmp_path: Path) -> None:
     runs = [
-        _run(tmp_path, "decoder-linear_lr-0p1", 0.25, "linear", 0.1, [1.0, 40.0, 50.0, 60.0]),
-        _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, [2.0, 30.0, 30.0]),
+        _run(tmp_path, "decoder-linear_lr-0p1", 0.25, "linear", 0.1, 50.0),
+        _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, 30.0),
     ]
     out = tmp_path / "grid"
     rows = rank_runs(runs, "segmenter", "mIoU", KEYS, out)
     assert [r["run"] for r in rows] == ["decoder-mask_lr-0p1", "decoder-linear_lr-0p1"]
-    # the first logged step (graph tracing) is left out of the median
+    # throughput is performance.json's steady-state median
     assert rows[0]["samples_per_s"] == 30.0 and rows[1]["samples_per_s"] == 50.0
     with (out / "grid.csv").open() as f:
         table = list(csv.DictReader(f))
@@ -55,8 +54,22 @@ def test_runs_are_ranked_by_the_metric_with_their_settings(tmp_path: Path) -> No
 
 
 def test_a_run_without_the_metric_is_named_and_nothing_is_written(tmp_path: Path) -> None:
-    run = _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, [1.0])
+    run = _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, 1.0)
     (run / "metrics.json").write_text(json.dumps({"AP": 0.3}))
     with pytest.raises(DataError, match=r"decoder-mask_lr-0p1/metrics.json: no 'mIoU'"):
+        rank_runs([run], "segmenter", "mIoU", KEYS, tmp_path / "grid")
+    assert not (tmp_path / "grid").exists()
+
+
+def test_a_run_without_measured_steps_has_no_throughput(tmp_path: Path) -> None:
+    run = _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, None)
+    (row,) = rank_runs([run], "segmenter", "mIoU", KEYS, tmp_path / "grid")
+    assert row["samples_per_s"] is None and row["train_seconds"] == 12.5
+
+
+def test_a_run_without_performance_json_is_named(tmp_path: Path) -> None:
+    run = _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, 1.0)
+    (run / "performance.json").unlink()
+    with pytest.raises(DataError, match=r"decoder-mask_lr-0p1/performance.json: file not found"):
         rank_runs([run], "segmenter", "mIoU", KEYS, tmp_path / "grid")
     assert not (tmp_path / "grid").exists()

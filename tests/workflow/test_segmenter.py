@@ -98,7 +98,10 @@ def test_grid_ranks_every_grid_run_with_its_own_numbers(project: Project) -> Non
             (project.root / f"work/segmenter/{row['run']}/train/stage.json").read_text()
         )
         assert stage["architecture"]["decoder"] == row["model.decoder"]
-        assert float(row["samples_per_s"]) > 0 and float(row["train_seconds"]) > 0
+        # the same throughput and time as the run's own performance.json
+        performance = json.loads((run / "performance.json").read_text())
+        assert float(row["samples_per_s"]) == performance["samples_per_s"]["median"] > 0
+        assert float(row["train_seconds"]) == performance["time_to_train_s"] > 0
     assert (project.root / GRID / "grid.png").stat().st_size > 0
 
 

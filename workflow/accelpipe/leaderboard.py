@@ -1,29 +1,22 @@
 """results/<workload>/grid: the finished runs of a hyperparameter grid ranked by the
 workload's quality metric, with their settings, throughput and time to train.
 
-Everything comes from the published run folders (metrics.json, train_log.csv,
-provenance.json), so the table always agrees with the runs it ranks.
+Everything comes from the published run folders (metrics.json, performance.json,
+provenance.json), so the table always agrees with the runs it ranks: throughput and time to
+train are performance.json's (steady-state median samples/s, warm-up and profiled steps left
+out), the same numbers the run's report, the benchmark table and `compare` show.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import statistics
 from pathlib import Path
 from typing import Any
 
 from accelpipe.errors import DataError
 from accelpipe.grid import split_key
 from accelpipe.io import atomic_path, read_json, write_csv, write_json
-
-
-def _median_throughput(train_log: Path) -> float | None:
-    """Median samples/s over the logged steps after the first (which includes tracing)."""
-    with train_log.open(newline="") as f:
-        rates = [float(r["samples_per_s"]) for r in csv.DictReader(f) if r["samples_per_s"]]
-    rates = rates[1:] or rates
-    return round(statistics.median(rates), 3) if rates else None
+from accelpipe.performance import PERFORMANCE_FILE
 
 
 def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str, Any]:
@@ -31,6 +24,8 @@ def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str
     if metric not in metrics:
         raise DataError(f"{run_dir / 'metrics.json'}: no {metric!r}")
     provenance = read_json(run_dir / "provenance.json")
+    performance = read_json(run_dir / PERFORMANCE_FILE)
+    rate = performance["samples_per_s"] or {}  # None: no step was measured
     block = provenance["config"][workload]
     settings = {}
     for key in keys:
@@ -40,8 +35,8 @@ def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str
         "run": run_dir.name,
         metric: metrics[metric],
         **settings,
-        "samples_per_s": _median_throughput(run_dir / "train_log.csv"),
-        "train_seconds": provenance["stages"]["train"]["seconds"],
+        "samples_per_s": rate.get("median"),
+        "train_seconds": performance["time_to_train_s"],
     }
 
 
