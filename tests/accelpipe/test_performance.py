@@ -65,6 +65,16 @@ def test_a_warmup_step_the_profiler_ran_counts_as_warmup(tmp_path: Path) -> None
     assert stats["steps"] == {"logged": 8, "warmup": 3, "profiled_excluded": 0, "measured": 5}
 
 
+def test_every_attempt_of_a_resumed_run_has_its_warmup_left_out(tmp_path: Path) -> None:
+    # resumed after step 4: steps 5 and 6 are the new process's tracing and cache filling
+    attempts = [0, 0, 0, 0, 1, 1, 1, 1]
+    log = write_train_log(tmp_path / "train_log.csv", LOG.values(), attempts)
+    stats = performance.step_statistics(log, 1)
+    assert stats["steps"] == {"logged": 8, "warmup": 2, "profiled_excluded": 2, "measured": 4}
+    # measured: step 4 (100) of the first attempt, 6 7 8 (90 120 80) of the second
+    assert stats["samples_per_s"]["median"] == pytest.approx(95.0)
+
+
 def test_no_measured_step_gives_no_statistics(tmp_path: Path) -> None:
     stats = performance.step_statistics(_write_log(tmp_path / "train_log.csv"), 8)
     assert stats["steps"]["measured"] == 0

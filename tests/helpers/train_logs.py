@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from accelpipe.engines.train_log import LOG_FIELDS
@@ -12,8 +12,9 @@ from accelpipe.engines.train_log import LOG_FIELDS
 Step = tuple[float, float, float, str]
 
 
-def write_train_log(path: Path, steps: Iterable[Step]) -> Path:
-    """train_log.csv of epoch 0 with steps 1, 2, ... (loss and lr constant)."""
+def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] = ()) -> Path:
+    """train_log.csv of epoch 0 with steps 1, 2, ... (loss and lr constant), logged by
+    `attempts[i]` (by the first attempt, 0, where not given)."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
         writer.writeheader()
@@ -28,6 +29,7 @@ def write_train_log(path: Path, steps: Iterable[Step]) -> Path:
                     "data_wait_ms": waited,
                     "step_ms": took,
                     "profiled": profiled,
+                    "attempt": attempts[step - 1] if step <= len(attempts) else 0,
                 }
             )
     return path

@@ -85,13 +85,26 @@ def _spread(values: list[float]) -> dict[str, float] | None:
     }
 
 
+def _after_warmup(rows: list[dict[str, str]], warmup_steps: int) -> list[dict[str, str]]:
+    """The rows past the first `warmup_steps` of their attempt."""
+    seen: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        attempt = row.get("attempt") or "0"
+        seen[attempt] = seen.get(attempt, 0) + 1
+        if seen[attempt] > warmup_steps:
+            kept.append(row)
+    return kept
+
+
 def step_statistics(train_log: Path, warmup_steps: int) -> dict[str, Any]:
     """Median, p10 and p90 of samples/s and step time, and the share of step time spent
-    waiting for data, over the logged steps after the first `warmup_steps` that the profiler
-    left alone; `steps` counts the logged, warm-up, profiled (left out) and measured rows.
-    A warm-up row is counted as warm-up even where the profiler ran too."""
+    waiting for data, over the logged steps after the first `warmup_steps` of each attempt
+    (the first start, then every resume) that the profiler left alone; `steps` counts the
+    logged, warm-up, profiled (left out) and measured rows. A warm-up row is counted as
+    warm-up even where the profiler ran too. A log without `attempt` is one attempt."""
     rows = _read_log(train_log)
-    after_warmup = rows[warmup_steps:]
+    after_warmup = _after_warmup(rows, warmup_steps)
     measured = [r for r in after_warmup if r["profiled"] != "1"]
     step_ms = [float(r["step_ms"]) for r in measured]
     waited = sum(float(r["data_wait_ms"]) for r in measured)

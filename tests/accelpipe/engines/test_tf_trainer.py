@@ -97,6 +97,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_its_log(tmp_path: Pat
     facts = run_training(_cfg(epochs=1), tmp_path, tf_toy.make_job)
     assert facts["resumed_from_step"] is None
     assert [int(r["step"]) for r in _log(tmp_path)] == [1, 2, 3]  # none logged twice
+    assert [r["attempt"] for r in _log(tmp_path)] == ["0"] * 3
 
 
 KILLED_RUN = """
@@ -129,6 +130,8 @@ def test_sigkill_mid_run_then_resume_loses_no_step_and_logs_none_twice(tmp_path:
     subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path), "0"], env=env, check=True)
     steps = [int(r["step"]) for r in _log(tmp_path)]
     assert steps == list(range(1, 13))
+    # steps 1-3 from the killed process, 4-12 from the resumed one (its warm-up is its own)
+    assert [r["attempt"] for r in _log(tmp_path)] == ["0"] * 3 + ["1"] * 9
     # TensorBoard drops the killed attempt's points after the checkpoint: one per step
     assert read_scalars(tmp_path / "tensorboard") == log_scalars(_log(tmp_path), SCALARS)
 

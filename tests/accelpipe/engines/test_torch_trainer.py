@@ -95,6 +95,9 @@ def test_resumed_training_equals_uninterrupted_training(tmp_path: Path) -> None:
     ):
         torch.testing.assert_close(a, b)
     assert _log_steps(tmp_path / "resumed") == list(range(1, 3 * STEPS + 1))
+    # the first epoch was logged by the first start, the rest by the resumed process
+    attempts = [r["attempt"] for r in _rows(tmp_path / "resumed")]
+    assert attempts == ["0"] * STEPS + ["1"] * 2 * STEPS
     # TensorBoard: both attempts' event files read as one series, each step once
     rows = _rows(tmp_path / "resumed")
     assert read_scalars(tmp_path / "resumed" / "tensorboard") == log_scalars(rows, SCALARS)
@@ -120,6 +123,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_its_log(tmp_path: Pat
     assert not again.resume()
     again.fit()
     assert _log_steps(tmp_path) == list(range(1, STEPS + 1))  # no step logged twice
+    assert {r["attempt"] for r in _rows(tmp_path)} == {"0"}  # nothing of the first is left
 
 
 def test_profiled_run_writes_a_trace_with_every_section(tmp_path: Path) -> None:

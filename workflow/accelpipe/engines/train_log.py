@@ -15,6 +15,9 @@ from accelpipe.io import write_csv
 LOG_FILE = "train_log.csv"
 # `profiled`: "1" where the profiler's schedule had it warming up or recording that step
 # (slower steps that steady-state statistics leave out), else "0".
+# `attempt`: 0 for the rows of the job's first start, n for those its n-th resume logged.
+# A resumed process traces, compiles and fills its caches again, so the statistics leave out
+# the warm-up steps of every attempt (performance.step_statistics).
 LOG_FIELDS = (
     "epoch",
     "step",
@@ -24,6 +27,7 @@ LOG_FIELDS = (
     "data_wait_ms",
     "step_ms",
     "profiled",
+    "attempt",
 )
 # The columns TensorBoard shows too, as train/<column>.
 SCALARS = ("loss", "lr", "samples_per_s")
@@ -34,14 +38,39 @@ SECTIONS = ("loader_first", "loader_next", "step", "forward", "loss", "backward"
 
 
 class LogWriter:
-    """Writes each train_log.csv row and its SCALARS to TensorBoard, at the row's step."""
+    """Writes each train_log.csv row, stamped with this process's attempt, and its SCALARS
+    to TensorBoard at the row's step."""
 
-    def __init__(self, rows: csv.DictWriter, tensorboard: scalars.ScalarWriter) -> None:
-        self.rows, self.tensorboard = rows, tensorboard
+    def __init__(
+        self, rows: csv.DictWriter, tensorboard: scalars.ScalarWriter, attempt: int
+    ) -> None:
+        self.rows, self.tensorboard, self.attempt = rows, tensorboard, str(attempt)
 
     def writerow(self, row: dict[str, str]) -> None:
-        self.rows.writerow(row)
+        self.rows.writerow(row | {"attempt": self.attempt})
         self.tensorboard.add(int(row["step"]), {f"train/{k}": float(row[k]) for k in SCALARS})
+
+
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    """The log's rows, each with every LOG_FIELDS key (an older log's rows: attempt 0)."""
+    with path.open(newline="") as f:
+        rows = [{k: r.get(k, "") for k in LOG_FIELDS} for r in csv.DictReader(f)]
+    for row in rows:
+        row["attempt"] = row["attempt"] or "0"
+    return rows
+
+
+def _next_attempt(path: Path) -> int:
+    """0 for a new log, else one more than the last attempt logged; a log with an older
+    header is rewritten with the current one first, so appended rows line up."""
+    if not path.exists():
+        return 0
+    with path.open(newline="") as f:
+        current = tuple(next(csv.reader(f), ())) == LOG_FIELDS
+    rows = _read_rows(path)
+    if not current:
+        write_csv(path, rows, LOG_FIELDS)
+    return 1 + max((int(r["attempt"]) for r in rows), default=-1)
 
 
 @contextlib.contextmanager
@@ -50,6 +79,7 @@ def open_log(work_dir: Path) -> Iterator[tuple[TextIO, LogWriter]]:
     also writes their scalars into a new event file in work_dir/tensorboard/."""
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / LOG_FILE
+    attempt = _next_attempt(path)
     new_log = not path.exists()
     with (
         path.open("a", newline="") as log_file,
@@ -58,7 +88,7 @@ def open_log(work_dir: Path) -> Iterator[tuple[TextIO, LogWriter]]:
         rows = csv.DictWriter(log_file, fieldnames=LOG_FIELDS)
         if new_log:
             rows.writeheader()
-        yield log_file, LogWriter(rows, tensorboard)
+        yield log_file, LogWriter(rows, tensorboard, attempt)
 
 
 def log_row(
@@ -90,6 +120,5 @@ def truncate_log(work_dir: Path, last_step: int) -> None:
     path = work_dir / LOG_FILE
     if not path.exists():
         return
-    with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["step"]) <= last_step]
+    rows = [r for r in _read_rows(path) if int(r["step"]) <= last_step]
     write_csv(path, rows, LOG_FIELDS)

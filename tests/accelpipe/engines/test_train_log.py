@@ -1,0 +1,51 @@
+"""train_log.csv: the attempt column across resumes and logs of an older layout."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from accelpipe.engines.train_log import LOG_FIELDS, LOG_FILE, log_row, open_log, truncate_log
+
+
+def _append(work: Path, steps: range) -> None:
+    with open_log(work) as (_file, writer):
+        for step in steps:
+            writer.writerow(log_row(0, step, 1.0, 0.1, 4, 0.001, 0.01, profiled=False))
+
+
+def _rows(work: Path) -> list[dict[str, str]]:
+    with (work / LOG_FILE).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_each_opening_of_the_log_is_the_next_attempt(tmp_path: Path) -> None:
+    _append(tmp_path, range(1, 4))
+    truncate_log(tmp_path, 2)  # resumed from the checkpoint at step 2
+    _append(tmp_path, range(3, 5))
+    rows = _rows(tmp_path)
+    assert [(r["step"], r["attempt"]) for r in rows] == [
+        ("1", "0"),
+        ("2", "0"),
+        ("3", "1"),
+        ("4", "1"),
+    ]
+
+
+def test_a_log_truncated_to_nothing_starts_again_at_attempt_zero(tmp_path: Path) -> None:
+    _append(tmp_path, range(1, 3))
+    truncate_log(tmp_path, 0)  # killed before its first checkpoint
+    _append(tmp_path, range(1, 3))
+    assert [r["attempt"] for r in _rows(tmp_path)] == ["0", "0"]
+
+
+def test_a_log_without_the_attempt_column_is_read_as_attempt_zero(tmp_path: Path) -> None:
+    old_fields = [f for f in LOG_FIELDS if f != "attempt"]
+    with (tmp_path / LOG_FILE).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=old_fields)
+        writer.writeheader()
+        writer.writerow(log_row(0, 1, 1.0, 0.1, 4, 0, 0.01, profiled=False))
+    _append(tmp_path, range(2, 3))  # appended rows line up with a rewritten header
+    rows = _rows(tmp_path)
+    assert tuple(rows[0]) == LOG_FIELDS
+    assert [(r["step"], r["attempt"]) for r in rows] == [("1", "0"), ("2", "1")]
