@@ -114,7 +114,7 @@ def test_a_stage_does_not_list_code_it_never_imports() -> None:
     assert "workloads/resnet50.py" not in train and "publish.py" not in train
     raw = _code("raw", "brats")
     assert "distributed.py" not in raw and "engines/torch_trainer.py" not in raw
-    assert "datasets/nsclc.py" not in raw
+    assert "datasets/nsclc.py" not in raw and "datasets/nsclc_synthetic.py" not in raw
 
 
 # Each stage's modules as Python loads them in a fresh interpreter (the CLI's `handler_for`

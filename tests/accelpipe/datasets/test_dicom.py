@@ -11,12 +11,12 @@ import numpy as np
 import pydicom
 import pytest
 
-from accelpipe.datasets import dicom, nsclc
+from accelpipe.datasets import dicom, nsclc_synthetic
 from accelpipe.errors import DataError
 
 # Rows != columns and an odd slice count: a swapped axis cannot go unnoticed.
 Edit = Callable[[pydicom.Dataset], None]
-GEO = nsclc.Geometry((28, 36, 9), pixel_spacing=1.5, slice_thickness=3.0)
+GEO = nsclc_synthetic.Geometry((28, 36, 9), pixel_spacing=1.5, slice_thickness=3.0)
 
 
 @dataclass
@@ -36,7 +36,7 @@ def _write(tmp_path: Path, ct: list[pydicom.Dataset], masks: dict[str, np.ndarra
         ds.save_as(files[-1], enforce_file_format=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        seg = nsclc._segmentation(ct, masks, "LUNG1-001", 0)
+        seg = nsclc_synthetic._segmentation(ct, masks, "LUNG1-001", 0)
     seg_path = tmp_path / "seg.dcm"
     seg.save_as(seg_path, enforce_file_format=True)
     return Patient(sorted(files), seg_path, np.empty(0), masks["GTV-1"], masks["Lungs-Total"])
@@ -44,9 +44,9 @@ def _write(tmp_path: Path, ct: list[pydicom.Dataset], masks: dict[str, np.ndarra
 
 @pytest.fixture
 def patient(tmp_path: Path) -> Patient:
-    hu, tumour, lungs = nsclc.phantom(np.random.default_rng(3), GEO)
+    hu, tumour, lungs = nsclc_synthetic.phantom(np.random.default_rng(3), GEO)
     assert tumour.any()
-    ct = nsclc._ct_slices("LUNG1-001", hu, GEO, seed=0)
+    ct = nsclc_synthetic._ct_slices("LUNG1-001", hu, GEO, seed=0)
     p = _write(tmp_path, ct, {"Lungs-Total": lungs, "GTV-1": tumour})
     p.hu = hu
     return p
@@ -82,7 +82,7 @@ def test_ct_volume_order_values_and_affine(patient: Patient) -> None:
 
 def test_affine_of_oblique_anisotropic_series(tmp_path: Path) -> None:
     hu = np.zeros((3, 4, 5), dtype=np.int16)
-    ct = nsclc._ct_slices("P", hu, nsclc.Geometry((4, 5, 3), 1.0, 2.0), seed=0)
+    ct = nsclc_synthetic._ct_slices("P", hu, nsclc_synthetic.Geometry((4, 5, 3), 1.0, 2.0), seed=0)
     row_dir, col_dir = np.array([0.8, 0.6, 0.0]), np.array([0.0, 0.0, -1.0])  # coronal-ish
     normal = np.cross(row_dir, col_dir)
     origin = np.array([10.0, -20.0, 30.0])
@@ -100,7 +100,9 @@ def test_affine_of_oblique_anisotropic_series(tmp_path: Path) -> None:
 
 def test_rescale_slope_gives_float_hu(tmp_path: Path) -> None:
     hu = np.full((2, 4, 4), 100, dtype=np.int16)
-    for k, ds in enumerate(nsclc._ct_slices("P", hu, nsclc.Geometry((4, 4, 2), 1.0, 1.0), 0)):
+    for k, ds in enumerate(
+        nsclc_synthetic._ct_slices("P", hu, nsclc_synthetic.Geometry((4, 4, 2), 1.0, 1.0), 0)
+    ):
         ds.RescaleSlope, ds.RescaleIntercept = 0.5, -1000.5
         ds.save_as(tmp_path / f"{k}.dcm", enforce_file_format=True)
     vol = dicom.read_ct_series(sorted(tmp_path.glob("*.dcm")))

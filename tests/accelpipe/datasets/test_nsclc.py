@@ -1,4 +1,7 @@
-"""NSCLC-Radiomics: synthetic DICOM source, path: source, preparation to NIfTI, failure modes."""
+"""NSCLC-Radiomics: raw check, synthetic and path: sources, preparation to NIfTI, failure modes.
+
+What the synthetic source writes is tested in test_nsclc_synthetic.py.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import json
 import shutil
 from pathlib import Path
 
-import highdicom as hd
 import nibabel as nib
 import numpy as np
 import pydicom
@@ -14,96 +16,22 @@ import pytest
 
 from accelpipe import datasets
 from accelpipe.datasets import nsclc
+from accelpipe.datasets.nsclc_synthetic import Geometry, phantom
 from accelpipe.errors import DataError
+from tests.helpers.nsclc_raw import SHAPE, SYNTH, series_dir, synth_tree
 
-SHAPE = (24, 28, 8)  # rows, columns, slices
-SYNTH = {"patients": 3, "shape": list(SHAPE), "pixel_spacing": 1.5, "slice_thickness": 3.0}
 PREPARE = {"prepare": {"label": "GTV-1", "val_fraction": 0.2, "split_seed": 0}}
-
-
-def _synth(raw: Path, seed: int = 0, patients: int = 3) -> Path:
-    kwargs = {**SYNTH, "patients": patients}
-    return nsclc.synthesize(raw, seed=seed, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def synth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A synthetic raw tree shared by read-only tests (copied by tests that damage it)."""
-    return _synth(tmp_path_factory.mktemp("raw"))
+    return synth_tree(tmp_path_factory.mktemp("raw"))
 
 
 @pytest.fixture
 def raw_copy(synth_root: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(synth_root, tmp_path / "raw" / nsclc.COLLECTION))
-
-
-def _series(root: Path, patient: str, modality: str) -> Path:
-    for folder in sorted((root / patient).iterdir()):
-        first = next(folder.iterdir())
-        if pydicom.dcmread(first, stop_before_pixels=True).Modality == modality:
-            return folder
-    raise AssertionError(f"no {modality} series for {patient}")
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.dcm"))}
-
-
-# --------------------------------------------------------------------------------- synthetic
-
-
-def test_synthetic_layout_and_real_dicom(synth_root: Path) -> None:
-    assert sorted(p.name for p in synth_root.iterdir()) == ["LUNG1-001", "LUNG1-002", "LUNG1-003"]
-    ct_dir = _series(synth_root, "LUNG1-002", "CT")
-    seg_dir = _series(synth_root, "LUNG1-002", "SEG")
-    assert sorted(p.name for p in (synth_root / "LUNG1-002").iterdir()) == sorted(
-        [ct_dir.name, seg_dir.name]
-    )
-    files = sorted(ct_dir.iterdir())
-    assert [p.name for p in files] == [f"1-{i:03d}.dcm" for i in range(1, 9)]
-    ct = pydicom.dcmread(files[0])
-    assert ct.Modality == "CT" and ct.SOPClassUID == "1.2.840.10008.5.1.4.1.1.2"
-    assert ct.SeriesInstanceUID == ct_dir.name and ct.PatientID == "LUNG1-002"
-    assert (ct.Rows, ct.Columns) == SHAPE[:2] and [float(v) for v in ct.PixelSpacing] == [1.5, 1.5]
-    assert float(ct.SliceThickness) == 3.0 and list(ct.ImageOrientationPatient) == [
-        1,
-        0,
-        0,
-        0,
-        1,
-        0,
-    ]
-    assert (ct.RescaleSlope, ct.RescaleIntercept) == (1, -1024)
-    assert ct.StudyInstanceUID and ct.FrameOfReferenceUID
-
-    seg = hd.seg.segread(next(seg_dir.iterdir()))
-    assert seg.SeriesInstanceUID == seg_dir.name and seg.SegmentationType == "BINARY"
-    assert [s.SegmentLabel for s in seg.SegmentSequence] == ["Lungs-Total", "GTV-1"]
-    assert seg.ReferencedSeriesSequence[0].SeriesInstanceUID == ct.SeriesInstanceUID
-    assert seg.FrameOfReferenceUID == ct.FrameOfReferenceUID
-
-
-def test_synthetic_is_deterministic_by_seed(synth_root: Path, tmp_path: Path) -> None:
-    assert _tree(_synth(tmp_path / "same")) == _tree(synth_root)
-    other = _tree(_synth(tmp_path / "other", seed=1))
-    assert set(other).isdisjoint(_tree(synth_root))  # new UIDs, so new folder names
-
-
-def test_synthetic_tumour_is_dense_blob_in_lung() -> None:
-    geo = nsclc.Geometry((64, 64, 32), 1.0, 3.0)
-    for i in range(4):
-        hu, tumour, lungs = nsclc.phantom(np.random.default_rng([0, i]), geo)
-        assert hu.dtype == np.int16
-        assert 20 < hu[tumour].mean() < 70 and hu[lungs].mean() < -750
-        assert np.median(hu[0, :2, :2]) < -950  # air outside the body
-        assert 3 <= tumour.any(axis=(1, 2)).sum() <= 10  # several slices
-        assert 6 <= tumour.any(axis=(0, 1)).sum() <= 20  # ~6-10 voxel radius in-plane
-        assert not (tumour & lungs).any()
-
-
-def test_synthetic_rejects_tiny_shape(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="shape"):
-        nsclc.synthesize(tmp_path, patients=1, shape=(8, 8, 2))
 
 
 # --------------------------------------------------------------------------------- prepare
@@ -146,14 +74,14 @@ def test_prepared_layout_and_datalist(prepared: Path) -> None:
 
 
 def test_image_and_label_align_on_the_tumour(prepared: Path) -> None:
-    geo = nsclc.Geometry(SHAPE, 1.5, 3.0)
+    geo = Geometry(SHAPE, 1.5, 3.0)
     for i in range(3):
         image = nib.load(prepared / "images" / f"LUNG1-00{i + 1}.nii.gz")
         label = nib.load(prepared / "labels" / f"LUNG1-00{i + 1}.nii.gz")
         assert image.shape == label.shape == (28, 24, 8)  # (columns, rows, slices)
         np.testing.assert_array_equal(image.affine, label.affine)
         assert image.get_data_dtype() == np.int16 and label.get_data_dtype() == np.uint8
-        hu, tumour, _ = nsclc.phantom(np.random.default_rng([0, i]), geo)
+        hu, tumour, _ = phantom(np.random.default_rng([0, i]), geo)
         x, y = np.asarray(image.dataobj), np.asarray(label.dataobj)
         np.testing.assert_array_equal(x, hu.transpose(2, 1, 0))
         np.testing.assert_array_equal(y, tumour.transpose(2, 1, 0))
@@ -164,7 +92,7 @@ def test_nifti_orientation_matches_dicom_positions(synth_root: Path, prepared: P
     image = nib.load(prepared / "images" / "LUNG1-001.nii.gz")
     assert nib.aff2axcodes(image.affine) == ("L", "P", "S")  # DICOM LPS axes, RAS-signed affine
     assert image.header["sform_code"] == image.header["qform_code"] == 1
-    files = sorted(_series(synth_root, "LUNG1-001", "CT").iterdir())
+    files = sorted(series_dir(synth_root, "LUNG1-001", "CT").iterdir())
     top, bottom = (pydicom.dcmread(f) for f in (files[0], files[-1]))  # instance 1 is on top
     x0, y0, z0 = (float(v) for v in bottom.ImagePositionPatient)
     np.testing.assert_allclose(image.affine @ [0, 0, 0, 1], [-x0, -y0, z0, 1])
@@ -197,8 +125,8 @@ def test_split_is_seeded_and_keeps_one_validation_case() -> None:
 
 def test_label_is_chosen_by_name(synth_root: Path, tmp_path: Path) -> None:
     out = nsclc.prepare(synth_root, tmp_path / "lungs", label="Lungs-Total")
-    geo = nsclc.Geometry(SHAPE, 1.5, 3.0)
-    _, _, lungs = nsclc.phantom(np.random.default_rng([0, 1]), geo)
+    geo = Geometry(SHAPE, 1.5, 3.0)
+    _, _, lungs = phantom(np.random.default_rng([0, 1]), geo)
     label = np.asarray(nib.load(out / "labels" / "LUNG1-002.nii.gz").dataobj)
     np.testing.assert_array_equal(label, lungs.transpose(2, 1, 0))
     assert json.loads((out / "datalist.json").read_text())["label"] == "Lungs-Total"
@@ -233,8 +161,8 @@ def old_out(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_missing_ct_series(raw_copy: Path, old_out: Path, workers: int) -> None:
-    ct_dir = _series(raw_copy, "LUNG1-002", "CT")
-    seg_dir = _series(raw_copy, "LUNG1-002", "SEG")
+    ct_dir = series_dir(raw_copy, "LUNG1-002", "CT")
+    seg_dir = series_dir(raw_copy, "LUNG1-002", "SEG")
     shutil.rmtree(ct_dir)
     with pytest.raises(DataError) as err:
         nsclc.prepare(raw_copy, old_out, workers=workers)
@@ -244,7 +172,7 @@ def test_missing_ct_series(raw_copy: Path, old_out: Path, workers: int) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_truncated_ct_slice(raw_copy: Path, old_out: Path, workers: int) -> None:
-    bad = sorted(_series(raw_copy, "LUNG1-003", "CT").iterdir())[4]
+    bad = sorted(series_dir(raw_copy, "LUNG1-003", "CT").iterdir())[4]
     bad.write_bytes(bad.read_bytes()[:-100])
     with pytest.raises(DataError, match=f"{bad}: unreadable or truncated DICOM file"):
         nsclc.prepare(raw_copy, old_out, workers=workers)
@@ -252,7 +180,7 @@ def test_truncated_ct_slice(raw_copy: Path, old_out: Path, workers: int) -> None
 
 
 def test_unreadable_seg_header(raw_copy: Path, old_out: Path) -> None:
-    bad = next(_series(raw_copy, "LUNG1-001", "SEG").iterdir())
+    bad = next(series_dir(raw_copy, "LUNG1-001", "SEG").iterdir())
     bad.write_bytes(b"not a dicom file")
     with pytest.raises(DataError, match=f"{bad}: unreadable or truncated DICOM file"):
         nsclc.prepare(raw_copy, old_out)
@@ -260,7 +188,7 @@ def test_unreadable_seg_header(raw_copy: Path, old_out: Path) -> None:
 
 
 def test_geometry_mismatch_names_series(raw_copy: Path, old_out: Path) -> None:
-    seg_file = next(_series(raw_copy, "LUNG1-001", "SEG").iterdir())
+    seg_file = next(series_dir(raw_copy, "LUNG1-001", "SEG").iterdir())
     seg = pydicom.dcmread(seg_file)
     seg.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0].PixelSpacing = [0.5, 0.5]
     seg.save_as(seg_file)
@@ -322,7 +250,7 @@ def test_make_raw_path_errors(raw_copy: Path, tmp_path: Path) -> None:
     with pytest.raises(DataError, match=f"{tmp_path / 'nope'}: dataset path"):
         nsclc.make_raw({"source": f"path:{tmp_path / 'nope'}"}, tmp_path / "r1", tmp_path)
     for patient in ("LUNG1-001", "LUNG1-002", "LUNG1-003"):
-        shutil.rmtree(_series(raw_copy, patient, "SEG"))
+        shutil.rmtree(series_dir(raw_copy, patient, "SEG"))
     with pytest.raises(DataError, match=f"{raw_copy}: no DICOM SEG series found"):
         nsclc.make_raw({"source": f"path:{raw_copy}"}, tmp_path / "r2", tmp_path)
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()

@@ -14,6 +14,7 @@ import pydicom
 import pytest
 
 from accelpipe.datasets import nsclc, tcia
+from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.errors import DataError
 from tests.helpers.http_server import FileServer, Handler, Request
 
@@ -78,7 +79,7 @@ def _flat_zip(folder: Path) -> bytes:
 
 @pytest.fixture(scope="module")
 def synth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return nsclc.synthesize(tmp_path_factory.mktemp("synth"), seed=7, **SYNTH)
+    return synthesize(tmp_path_factory.mktemp("synth"), seed=7, **SYNTH)
 
 
 @pytest.fixture

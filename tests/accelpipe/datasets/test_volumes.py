@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe.datasets import nsclc, volumes
+from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.errors import DataError
 
 SETTINGS = volumes.VolumeSettings((1.0, 1.0, 3.0), (-1000.0, 1000.0), (32, 32, 16))
@@ -16,7 +17,7 @@ SETTINGS = volumes.VolumeSettings((1.0, 1.0, 3.0), (-1000.0, 1000.0), (32, 32, 1
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("nsclc")
-    raw = nsclc.synthesize(root / "raw", patients=3, shape=(40, 40, 12), seed=1)
+    raw = synthesize(root / "raw", patients=3, shape=(40, 40, 12), seed=1)
     return nsclc.prepare(raw, root / "prepared", label="GTV-1", val_fraction=0.34, split_seed=0)
 
 

@@ -1,0 +1,273 @@
+"""Import of the official ILSVRC2012 archives into the raw ImageFolder layout.
+
+ImageNet has no public download: `source: import` lays out the tars the user supplies (and
+`source: synthetic` the ones `accelpipe.datasets.imagenet_synthetic` writes). The raw layout
+written is described in `accelpipe.datasets.imagenet`.
+
+Official archives (what `import` reads)::
+
+    ILSVRC2012_img_train.tar       n01440764.tar ...            one tar per class
+        n01440764.tar              n01440764_10026.JPEG ...     flat
+    ILSVRC2012_img_val.tar         ILSVRC2012_val_00000001.JPEG ...   flat
+    ILSVRC2012_devkit_t12.tar.gz   ILSVRC2012_devkit_t12/data/meta.mat   `synsets` struct array
+                                   ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import re
+import shutil
+import tarfile
+import tempfile
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import scipy.io
+
+from accelpipe.datasets.download import (
+    _EndCheckingTarInfo,
+    _one_line,
+    _tar_member_problem,
+    md5sum,
+    safe_extract,
+)
+from accelpipe.datasets.imagenet import _KEY, GROUND_TRUTH, ROOT, _known, _val_name
+from accelpipe.errors import ConfigError, DataError
+from accelpipe.io import write_json
+
+_WNID = re.compile(r"n\d{8}")
+_COPY_BYTES = 1 << 20
+
+
+@contextlib.contextmanager
+def _open_stream(source: Path | IO[bytes], label: str) -> Iterator[tarfile.TarFile]:
+    """A tar opened for one sequential pass (works on a member of another streamed tar).
+
+    Tar errors raised while the caller reads become one DataError naming `label`.
+    """
+    where = {"name": source} if isinstance(source, Path) else {"fileobj": source}
+    try:
+        with tarfile.open(mode="r|*", tarinfo=_EndCheckingTarInfo, **where) as tf:
+            yield tf
+    except (tarfile.TarError, EOFError, zlib.error) as err:
+        raise DataError(f"{label}: truncated or corrupt tar ({_one_line(err)})") from None
+
+
+def _files(tf: tarfile.TarFile, label: str) -> Iterator[tarfile.TarInfo]:
+    """The regular-file members of a flat streamed tar, one at a time.
+
+    Folders are skipped; escapes, links, devices and nested paths raise DataError. tarfile
+    keeps every TarInfo it has read; clearing the list keeps memory flat over 1.28M members.
+    """
+    while (member := tf.next()) is not None:
+        tf.members.clear()
+        problem = _tar_member_problem(member, set())
+        name = posixpath.normpath(member.name)
+        if problem is None and not (member.isfile() or member.isdir()):
+            problem = "only regular files are allowed"
+        if problem is None and member.isfile() and "/" in name:
+            problem = "expected a flat archive (no folders)"
+        if problem:
+            raise DataError(f"{label}: refusing member {member.name!r}: {problem}")
+        if member.isfile():
+            member.name = name
+            yield member
+    # After the first member tarfile takes a missing or garbled header for the end.
+    if not isinstance(getattr(tf, "accelpipe_end", None), tarfile.EOFHeaderError):
+        raise DataError(f"{label}: truncated tar (no end-of-archive marker)")
+
+
+def _write_member(tf: tarfile.TarFile, member: tarfile.TarInfo, path: Path, label: str) -> None:
+    src = tf.extractfile(member)
+    assert src is not None  # _files yields regular files only
+    try:
+        with src, path.open("xb") as fh:
+            shutil.copyfileobj(src, fh, _COPY_BYTES)
+    except FileExistsError:
+        raise DataError(f"{label}: member {member.name!r} appears twice") from None
+
+
+def _extract_train(train_tar: Path, dest: Path) -> list[str]:
+    """train tar of per-class tars -> dest/<wnid>/*.JPEG; return the sorted wnids."""
+    dest.mkdir()
+    wnids: list[str] = []
+    with _open_stream(train_tar, str(train_tar)) as outer:
+        for member in _files(outer, str(train_tar)):
+            wnid = member.name.removesuffix(".tar")
+            if not member.name.endswith(".tar") or not wnid or wnid.startswith("."):
+                raise DataError(
+                    f"{train_tar}: unexpected member {member.name!r} (expected one <wnid>.tar "
+                    "per class)"
+                )
+            if wnid in wnids:
+                raise DataError(f"{train_tar}: class tar {member.name!r} appears twice")
+            (dest / wnid).mkdir()
+            label = f"{train_tar}: {member.name}"
+            with _open_stream(outer.extractfile(member), label) as inner:  # type: ignore[arg-type]
+                for image in _files(inner, label):
+                    _write_member(inner, image, dest / wnid / image.name, label)
+            wnids.append(wnid)
+    if not wnids:
+        raise DataError(f"{train_tar}: no class tars (<wnid>.tar) in the archive")
+    return sorted(wnids)
+
+
+def _extract_val(
+    val_tar: Path, dest: Path, labels: dict[str, str], wnids: Sequence[str], source: Path
+) -> None:
+    """Flat val tar -> dest/<wnid>/<name> by `labels` (read from `source`)."""
+    unknown = sorted(set(labels.values()) - set(wnids))
+    if unknown:
+        raise DataError(
+            f"{source}: {len(unknown)} val class(es) have no class tar in the train archive, "
+            f"e.g. {unknown[0]}"
+        )
+    dest.mkdir()
+    for wnid in wnids:  # every class gets a val folder, as ImageFolder expects
+        (dest / wnid).mkdir()
+    seen: set[str] = set()
+    with _open_stream(val_tar, str(val_tar)) as tf:
+        for member in _files(tf, str(val_tar)):
+            wnid = labels.get(member.name)
+            if wnid is None:
+                raise DataError(f"{val_tar}: val image {member.name} has no label in {source}")
+            _write_member(tf, member, dest / wnid / member.name, str(val_tar))
+            seen.add(member.name)
+    missing = sorted(set(labels) - seen)
+    if missing:
+        raise DataError(
+            f"{source}: labels {len(missing)} image(s) that are not in {val_tar}, e.g. {missing[0]}"
+        )
+
+
+def _read_meta(path: Path, label: str) -> tuple[dict[int, str], dict[str, str]]:
+    """meta.mat -> ({ILSVRC2012_ID: wnid} of the leaf synsets, {wnid: words})."""
+    try:
+        synsets = scipy.io.loadmat(path, squeeze_me=True).get("synsets")
+    except (ValueError, TypeError, OSError, scipy.io.matlab.MatReadError) as err:
+        raise DataError(f"{label}: not a readable MAT-file ({_one_line(err)})") from None
+    fields = set(getattr(getattr(synsets, "dtype", None), "names", None) or ())
+    if not {"ILSVRC2012_ID", "WNID"} <= fields:
+        raise DataError(f"{label}: no `synsets` struct with ILSVRC2012_ID and WNID fields")
+    ids: dict[int, str] = {}
+    words: dict[str, str] = {}
+    for row in np.atleast_1d(synsets):
+        if "num_children" in fields and int(row["num_children"]) != 0:
+            continue  # inner WordNet nodes: not classes
+        wnid = str(row["WNID"])
+        ids[int(row["ILSVRC2012_ID"])] = wnid
+        if "words" in fields:
+            words[wnid] = str(row["words"])
+    return ids, words
+
+
+def _read_ground_truth(path: Path, ids: dict[int, str], label: str) -> dict[str, str]:
+    """One ILSVRC2012_ID per line; line i labels ILSVRC2012_val_<i>.JPEG."""
+    labels = {}
+    lines = path.read_text().splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for i, line in enumerate(lines, 1):
+        wnid = ids.get(int(line)) if line.strip().isdigit() else None
+        if wnid is None:
+            raise DataError(
+                f"{label} line {i}: {line.strip()!r} is not the ILSVRC2012_ID of a class "
+                "in meta.mat"
+            )
+        labels[_val_name(i)] = wnid
+    return labels
+
+
+def _find(root: Path, name: str, devkit: Path) -> Path:
+    found = sorted(p for p in root.rglob(name) if p.parent.name == "data")
+    if len(found) != 1:
+        raise DataError(f"{devkit}: expected one data/{name} in the devkit, found {len(found)}")
+    return found[0]
+
+
+def read_devkit(devkit: str | Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The devkit's val labels {ILSVRC2012_val_*.JPEG: wnid} and class words {wnid: words}."""
+    devkit = Path(devkit)
+    with tempfile.TemporaryDirectory(prefix="imagenet-devkit-") as tmp:
+        staging = safe_extract(devkit, Path(tmp) / "devkit")
+        meta, truth = _find(staging, "meta.mat", devkit), _find(staging, GROUND_TRUTH, devkit)
+        ids, words = _read_meta(meta, f"{devkit}: {meta.relative_to(staging)}")
+        labels = _read_ground_truth(truth, ids, f"{devkit}: {truth.relative_to(staging)}")
+    return labels, words
+
+
+def read_val_labels(path: str | Path) -> dict[str, str]:
+    """{val file name: wnid} from `name wnid` lines or a two-column CSV (a header is skipped).
+
+    Names without an extension get `.JPEG` (Kaggle's LOC_val_solution.csv works too: its
+    second column starts with the wnid).
+    """
+    path = Path(path)
+    labels: dict[str, str] = {}
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        fields = [f for f in re.split(r"[,;\s]+", line.strip()) if f]
+        if not fields or fields[0].startswith("#"):
+            continue
+        if len(fields) < 2:
+            raise DataError(f"{path} line {i}: expected `<file name> <wnid>`, got {line!r}")
+        name, wnid = fields[0], fields[1]
+        if not labels and not _WNID.fullmatch(wnid) and "." not in name:
+            continue  # header line
+        name = name if "." in name else f"{name}.JPEG"
+        if labels.setdefault(name, wnid) != wnid:
+            raise DataError(f"{path} line {i}: {name} is labelled twice, differently")
+    if not labels:
+        raise DataError(f"{path}: no val labels in the file")
+    return labels
+
+
+def _check_md5(path: Path, expected: str | None, key: str) -> None:
+    if expected is None:
+        return
+    actual = md5sum(path)
+    if actual != expected.lower():
+        raise DataError(
+            f"{path}: md5 mismatch for {_KEY}.import.{key}: expected {expected}, got {actual}"
+        )
+
+
+def import_tars(
+    out: str | Path,
+    *,
+    train_tar: str | Path,
+    val_tar: str | Path,
+    devkit: str | Path | None = None,
+    val_labels: str | Path | None = None,
+    md5: dict[str, str | None] | None = None,
+) -> Path:
+    """Lay the official archives out as an ImageFolder at `<out>/ILSVRC2012`; return it.
+
+    Val labels come from `val_labels` if given, else from the devkit (which also gives the
+    class words). Checksums in `md5` ({key: hex or None}) are checked first. Archives are
+    read in one streaming pass each; `out` must not hold an ILSVRC2012 folder yet.
+    """
+    given = {"train_tar": train_tar, "val_tar": val_tar, "devkit": devkit, "val_labels": val_labels}
+    paths = {key: Path(p).expanduser() for key, p in given.items() if p is not None}
+    for key, path in paths.items():
+        if not path.is_file():
+            raise DataError(f"{path}: file given by {_KEY}.import.{key} not found")
+    if "devkit" not in paths and "val_labels" not in paths:
+        raise ConfigError(f"{_KEY}.import: set devkit or val_labels (the val images' classes)")
+    for key in ("train_tar", "val_tar", "devkit"):
+        if key in paths:
+            _check_md5(paths[key], (md5 or {}).get(key), key)
+    labels, words = read_devkit(paths["devkit"]) if "devkit" in paths else ({}, {})
+    source = paths.get("val_labels", paths.get("devkit"))
+    if "val_labels" in paths:
+        labels = read_val_labels(paths["val_labels"])
+    root = Path(out) / ROOT
+    root.mkdir(parents=True)
+    wnids = _extract_train(paths["train_tar"], root / "train")
+    _extract_val(paths["val_tar"], root / "val", labels, wnids, source)  # type: ignore[arg-type]
+    write_json(root / "classes.json", {"wnids": wnids, "words": _known(words, wnids)})
+    return root
