@@ -98,7 +98,7 @@ def test_a_log_without_the_profiled_column_is_named(tmp_path: Path) -> None:
         ("rocm", "AMD Instinct MI300X", "MI300X"),
         ("gaudi", "GAUDI", "Gaudi"),
         ("gaudi", "GAUDI2", "Gaudi2"),
-        ("gaudi", "Gaudi HPU (TensorFlow)", None),  # TF's name: no generation
+        ("gaudi", "Gaudi HPU (TensorFlow)", None),  # TF fallback: no card type
         ("cuda", "NVIDIA GeForce RTX 4090", None),
         ("cpu", "cpu (x86_64, 2 threads)", None),
     ],

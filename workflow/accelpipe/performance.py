@@ -152,8 +152,9 @@ def figures_for(workload: str) -> list[dict[str, Any]]:
 
 def device_family(backend: str, device: str) -> str | None:
     """The family a published figure names, from the train stage's backend and device name:
-    a GPU's model (cuda, rocm), a Gaudi's generation (gaudi: "Gaudi", "Gaudi2", ...); None on
-    the cpu and where the name does not say (TensorFlow's Gaudi name has no generation)."""
+    a GPU's model (cuda, rocm), a Gaudi's generation (gaudi: "Gaudi", "Gaudi2", ... from the
+    card type both engines name the device by); None on the cpu and where the name does not
+    say."""
     name = device.strip().upper()
     if backend in ("cuda", "rocm"):
         match = _GPU_MODEL.search(name)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
+from accelpipe import performance
 from accelpipe.devices import tf_device
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.errors import BackendUnavailableError, ConfigError
@@ -73,3 +77,77 @@ def test_peak_memory_is_none_on_cpu_and_get_memory_infos_peak_elsewhere(
     hpu = tf_device.TFDevice("gaudi", "/device:HPU:0", "fake", "bf16")
     assert hpu.peak_memory() == (None, None)
     assert asked == ["/GPU:0", "/device:HPU:0"]
+
+
+class _FakeHabana:
+    """Stand-ins for Habana's TF modules (SynapseAI 1.14 cannot be installed here), with the
+    calls their Model-References make: load_habana_module(), habana_device.get_type(),
+    distribute.HPUStrategy()."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, strategy: bool = True) -> None:
+        self.calls: list[str] = []
+        package = types.ModuleType("habana_frameworks")
+        habana = types.ModuleType("habana_frameworks.tensorflow")
+        habana.load_habana_module = lambda: self.calls.append("load")
+        device = types.ModuleType("habana_frameworks.tensorflow.habana_device")
+        device.get_type = lambda: "GAUDI2 (HL-225)"
+        modules = {
+            "habana_frameworks": package,
+            "habana_frameworks.tensorflow": habana,
+            "habana_frameworks.tensorflow.habana_device": device,
+        }
+        package.tensorflow = habana
+        habana.habana_device = device
+        if strategy:
+            distribute = types.ModuleType("habana_frameworks.tensorflow.distribute")
+            distribute.HPUStrategy = lambda: self.calls.append("HPUStrategy") or "hpu-strategy"
+            habana.distribute = distribute
+            modules["habana_frameworks.tensorflow.distribute"] = distribute
+        for name, module in modules.items():
+            monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_gaudi_is_named_by_its_generation_so_published_figures_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    habana = _FakeHabana(monkeypatch)
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind: ["HPU:0"])
+    device = tf_device.resolve("gaudi")
+    assert (device.device, device.name, device.precision) == ("/device:HPU:0", "GAUDI2", "bf16")
+    assert habana.calls == ["load"]
+    assert performance.device_family("gaudi", device.name) == "Gaudi2"
+
+
+def test_a_gaudi_without_visible_hpus_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _FakeHabana(monkeypatch)
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind: [])
+    with pytest.raises(BackendUnavailableError, match="loaded but no HPU is visible"):
+        tf_device.resolve("gaudi")
+
+
+def test_multi_worker_runs_use_hpustrategy_on_gaudi_after_loading_the_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    habana = _FakeHabana(monkeypatch)
+    assert tf_device.multi_worker_strategy("gaudi") == "hpu-strategy"
+    assert habana.calls == ["load", "HPUStrategy"]
+
+
+def test_multi_worker_runs_use_multiworkermirroredstrategy_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # not constructed for real: its collectives would stay set up in this test process
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", lambda: "mwms")
+    assert tf_device.multi_worker_strategy("cpu") == "mwms"
+    assert tf_device.multi_worker_strategy("cuda") == "mwms"
+    habana = _FakeHabana(monkeypatch, strategy=False)  # a Habana stack without HPUStrategy
+    assert tf_device.multi_worker_strategy("gaudi") == "mwms"
+    assert habana.calls == ["load"]
+
+
+def test_multi_worker_gaudi_without_habanas_stack_fails_in_one_line() -> None:
+    with pytest.raises(
+        BackendUnavailableError, match=r"needs habana_frameworks\.tensorflow"
+    ) as err:
+        tf_device.multi_worker_strategy("gaudi")
+    assert "\n" not in str(err.value)

@@ -2,7 +2,8 @@
 
 Resolves a backend into the TF device string the engine places work on, the Keras
 mixed-precision policy (`mixed_bfloat16` / `mixed_float16` / `float32`) and, on Gaudi, loads
-Habana's TensorFlow module (SynapseAI <= 1.14). Which physical devices a process sees is
+Habana's TensorFlow module (SynapseAI <= 1.14); `multi_worker_strategy` is the data-parallel
+strategy of a multi-worker run on that backend. Which physical devices a process sees is
 set before TensorFlow starts, by the lease (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES,
 HABANA_VISIBLE_MODULES); here each process takes its visible device `index`. A backend
 whose runtime is missing fails at once with BackendUnavailableError.
@@ -10,13 +11,17 @@ whose runtime is missing fails at once with BackendUnavailableError.
 
 from __future__ import annotations
 
+import logging
 import platform
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 from accelpipe.devices import resolve_precision, usable_threads
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.errors import BackendUnavailableError
 
+log = logging.getLogger(__name__)
 _POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16", "fp32": "float32"}
 
 
@@ -97,22 +102,58 @@ def _rocm(precision: str, index: int) -> TFDevice:
     return _gpu("rocm", tf.test.is_built_with_rocm(), "ROCm", precision, index)
 
 
-def _gaudi(precision: str, index: int) -> TFDevice:
-    # Habana's TF bridge registers the HPU device when its module is loaded; each process
-    # sees the one module its lease made visible, so `index` is not needed.
+def _load_habana() -> ModuleType:
+    """habana_frameworks.tensorflow with its module loaded (which registers the HPU device);
+    BackendUnavailableError in one line where Habana's TensorFlow stack is absent."""
     try:
-        from habana_frameworks.tensorflow import load_habana_module
+        import habana_frameworks.tensorflow as habana
     except ImportError as err:
         raise BackendUnavailableError(
             "backend 'gaudi' needs habana_frameworks.tensorflow (Habana's TensorFlow stack, "
             f"last released with SynapseAI 1.14 for TF 2.15): {err}"
         ) from None
-    load_habana_module()
+    habana.load_habana_module()
+    return habana
+
+
+def _gaudi_name() -> str:
+    """The card's type as Habana's TF bridge reports it ("GAUDI", "GAUDI2", ...; torch's
+    HPU name says the same), which performance.json matches published figures by."""
+    try:
+        from habana_frameworks.tensorflow import habana_device
+
+        return str(habana_device.get_type()).split()[0]
+    except (ImportError, AttributeError, IndexError):
+        return "Gaudi HPU (TensorFlow)"  # no generation: no published figure matches
+
+
+def _gaudi(precision: str, index: int) -> TFDevice:
+    # Each process sees the one module its lease made visible, so `index` is not needed.
+    _load_habana()
     if not tf.config.list_logical_devices("HPU"):
         raise BackendUnavailableError(
             "backend 'gaudi': habana_frameworks.tensorflow loaded but no HPU is visible"
         )
-    return TFDevice("gaudi", "/device:HPU:0", "Gaudi HPU (TensorFlow)", precision)
+    return TFDevice("gaudi", "/device:HPU:0", _gaudi_name(), precision)
+
+
+def multi_worker_strategy(backend: str) -> Any:
+    """The strategy of a multi-worker run (TF_CONFIG names the cluster; create it before
+    TensorFlow runs an op): Habana's HPUStrategy on gaudi where its stack has it (HCCL
+    collectives between the cards), else MultiWorkerMirroredStrategy (gRPC collectives on
+    CPU, NCCL on GPUs)."""
+    if backend == "gaudi":
+        _load_habana()  # HPUStrategy needs the HPU registered
+        try:
+            from habana_frameworks.tensorflow.distribute import HPUStrategy
+        except ImportError:
+            log.warning(
+                "gaudi: no habana_frameworks.tensorflow.distribute.HPUStrategy here; "
+                "using MultiWorkerMirroredStrategy"
+            )
+        else:
+            return HPUStrategy()
+    return tf.distribute.MultiWorkerMirroredStrategy()
 
 
 def limit_threads(threads: int) -> None:

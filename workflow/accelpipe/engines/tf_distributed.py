@@ -36,8 +36,10 @@ node collide), needs a GPU count (nvidia-smi; none on CPU nodes, where 0 fails) 
 CUDA_VISIBLE_DEVICES itself, over the lease; and importing TensorFlow in the wrapper would
 cost every task seconds.
 
-Habana's TF stack had its own HPUStrategy and Horovod (both ended with SynapseAI 1.14) and
-Horovod from PyPI does not build against Keras 3: tf.distribute is the one path here.
+Horovod from PyPI does not build against Keras 3, and Habana's own Horovod ended with its
+TensorFlow stack (SynapseAI 1.14): tf.distribute is the one path here. On gaudi the workers
+take Habana's HPUStrategy, a MultiWorkerMirroredStrategy over HCCL that reads the same
+TF_CONFIG (devices.tf_device.multi_worker_strategy).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ outside it (`loader_first`, `loader_next`, `step`) and the step markers are prof
 for the one trace summarizer.
 
 With `train.devices` > 1 the stage launches one worker per device (engines.tf_distributed)
-and each trains under MultiWorkerMirroredStrategy on its own shard of the data; worker 0
-writes the log, checkpoints, traces and weights.
+and each trains under MultiWorkerMirroredStrategy (Habana's HPUStrategy on gaudi:
+tf_device.multi_worker_strategy) on its own shard of the data; worker 0 writes the log,
+checkpoints, traces and weights.
 
 A workload supplies the model, the loss, the per-epoch dataset and the optimizer; Keras 2
 comes from engines.keras2 on every TensorFlow this supports (2.15 to 2.21).
@@ -94,7 +95,7 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
     index, world = tf_distributed.cluster()
     check_global_batch(train_cfg.batch_size, world)
     # The strategy must exist before TensorFlow runs any op; one process: no strategy.
-    strategy = tf.distribute.MultiWorkerMirroredStrategy() if world > 1 else None
+    strategy = tf_device.multi_worker_strategy(cfg["backend"]) if world > 1 else None
     device = tf_device.resolve(cfg["backend"], train_cfg.precision)
     device.apply_policy()  # before the model is built: layers take the global policy
     keras.utils.set_random_seed(train_cfg.seed)  # the same on every worker: the same init
