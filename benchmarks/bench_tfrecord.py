@@ -14,6 +14,11 @@ from the page cache first, posix_fadvise DONTNEED, as for a dataset larger than 
 freshly downloaded), and `warm`, from the page cache (a re-run on a small set). The floor of the
 warm case is a memory copy: there a converter pays its hashing and encoding in full.
 
+`one_process` adds, per train record in this process with the inputs cached, the time to
+read its files and to `encode` it (read, checks, hash or PNG decode, Example): where the
+pools' start-up and the disk no longer count (a large dataset on a fast disk), the ratio
+tends to read_us / encode_us.
+
 The process imports what `accelpipe prepare` imports and no more: with TensorFlow imported,
 every fork of a pool took ~10 ms longer on both sides, which flattered the ratio.
 
@@ -31,8 +36,9 @@ import tempfile
 import time
 from math import inf
 from pathlib import Path
+from typing import Any
 
-from accelpipe.datasets import ade20k, coco
+from accelpipe.datasets import ade20k, ade20k_tfrecord, coco, coco_tfrecord
 from accelpipe.datasets.ade20k_synthetic import synthesize as ade20k_synthesize
 from accelpipe.datasets.ade20k_tfrecord import pairs
 from accelpipe.datasets.coco_synthetic import synthesize as coco_synthesize
@@ -57,19 +63,38 @@ def _read_all(items: list[tuple[str, ...]]) -> int:
     return total
 
 
-def _coco_files(raw: Path) -> dict[str, list[tuple[str, ...]]]:
-    """The JPEGs prepare reads (train images without boxes are skipped), in its order."""
+def _coco_items(raw: Path) -> dict[str, list[Any]]:
+    """prepare's plan: the image records it writes (train images without boxes are skipped)."""
     out = {}
     for split in coco.SPLITS:
         ann_file, images = coco.annotation_file(raw, split), raw / f"{split}2017"
-        kept, _stats, _cats = records(ann_file, images, skip_empty=split == "train")
-        out[split] = [(r.path,) for r in kept]
+        out[split], _stats, _cats = records(ann_file, images, skip_empty=split == "train")
     return out
 
 
-def _ade20k_files(raw: Path) -> dict[str, list[tuple[str, ...]]]:
-    """The JPEG and PNG of every pair, in prepare's order."""
-    return {split: [(p.image, p.label) for p in pairs(raw, split)] for split in ade20k.SPLITS}
+def _ade20k_items(raw: Path) -> dict[str, list[Any]]:
+    """prepare's plan: every image with its annotation."""
+    return {split: pairs(raw, split) for split in ade20k.SPLITS}
+
+
+def _per_record_us(items: list[Any], module: Any, files: Any) -> dict[str, float]:
+    """Microseconds per record in this one process, inputs in the page cache: reading its
+    files, and `encode` (read, checks, hash or decode, Example), which a writer adds to it.
+    Their quotient is the ratio where neither pool start-up nor the disk counts."""
+    start = time.perf_counter()
+    for item in items:
+        for path in files(item):
+            with open(path, "rb") as fh:
+                fh.read()
+    read_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for item in items:
+        module.encode(item)
+    encode_s = time.perf_counter() - start
+    return {
+        "read_us": round(read_s / len(items) * 1e6, 1),
+        "encode_us": round(encode_s / len(items) * 1e6, 1),
+    }
 
 
 def _evict(files: list[Path]) -> None:
@@ -97,14 +122,23 @@ def _floor(
 
 def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
     shards = {"train": args.train_shards, "val": args.val_shards}
-    module, synthesize, listing = {
-        "coco": (coco, coco_synthesize, _coco_files),
-        "ade20k": (ade20k, ade20k_synthesize, _ade20k_files),
+    module, synthesize, plan, encoder, item_files = {
+        "coco": (coco, coco_synthesize, _coco_items, coco_tfrecord, coco_tfrecord.image_files),
+        "ade20k": (
+            ade20k,
+            ade20k_synthesize,
+            _ade20k_items,
+            ade20k_tfrecord,
+            ade20k_tfrecord.pair_files,
+        ),
     }[dataset]
     raw = synthesize(
         scratch / f"{dataset}-raw", train_images=args.train, val_images=args.val, size=args.size
     )
-    files = listing(raw)
+    items = plan(raw)
+    files = {
+        split: [tuple(item_files(i)) for i in split_items] for split, split_items in items.items()
+    }
     inputs = [p for p in raw.rglob("*") if p.is_file()]
     best: dict[str, dict[str, float]] = {c: {"floor_s": inf, "prepare_s": inf} for c in CACHES}
     input_bytes, written = 0, {}
@@ -128,14 +162,18 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
             written = json.loads((out / "dataset.json").read_text())["splits"]
             shutil.rmtree(out)
     images = args.train + args.val
-    return {
-        "images": images,
-        "records": written["train"]["images"] + written["val"]["images"],
-        "size": list(args.size),
-        "shards": shards,
-        "workers": args.workers,
-        "input_mb": round(input_bytes / 1e6, 2),
-    } | {cache: _timings(best[cache], images, input_bytes) for cache in CACHES}
+    return (
+        {
+            "images": images,
+            "records": written["train"]["images"] + written["val"]["images"],
+            "size": list(args.size),
+            "shards": shards,
+            "workers": args.workers,
+            "input_mb": round(input_bytes / 1e6, 2),
+        }
+        | {cache: _timings(best[cache], images, input_bytes) for cache in CACHES}
+        | {"one_process": _per_record_us(items["train"], encoder, item_files)}
+    )
 
 
 def _timings(best: dict[str, float], images: int, input_bytes: int) -> dict[str, float]:
