@@ -25,6 +25,7 @@ def vit_params(c: vit.ViTConfig, grid: int) -> int:
 @pytest.fixture(scope="module")
 def tiny() -> keras.Model:
     keras.backend.clear_session()
+    keras.utils.set_random_seed(0)  # one init every run: tolerances hold for it
     return vit.build_vit(32, "tiny", drop_path=0.2)
 
 
@@ -62,6 +63,7 @@ def test_b16_parameter_count() -> None:
     assert vit_params(b16, 24) == 86_090_496  # @384
     assert vit_params(b16, 32) == 86_434_560  # @512, Segmenter's crop
     keras.backend.clear_session()
+    keras.utils.set_random_seed(0)  # one init every run: tolerances hold for it
     one = vit.ViTConfig(16, 768, 1, 12, 3072)
     images = keras.Input((224, 224, 3))
     model = keras.Model(images, vit.vit_encoder(images, one, 224))

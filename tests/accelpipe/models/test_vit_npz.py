@@ -58,6 +58,7 @@ def write(path: Path, arrays: dict) -> Path:
 @pytest.fixture(scope="module")
 def model() -> keras.Model:
     keras.backend.clear_session()
+    keras.utils.set_random_seed(0)  # one init every run: tolerances hold for it
     return build_vit(32, "tiny")  # 4 x 4 grid
 
 
