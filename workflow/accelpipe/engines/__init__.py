@@ -10,8 +10,10 @@ need to know without importing a framework, is here as data.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from accelpipe import registry
+from accelpipe.devices import memory_facts
 
 
 @dataclass(frozen=True)
@@ -56,3 +58,31 @@ ENGINES = {
 def for_workload(workload: str) -> Engine:
     """The engine that trains and evaluates `workload` (its registry framework)."""
     return ENGINES[registry.workload(workload).framework]
+
+
+def run_facts(
+    device: Any,
+    *,
+    compiled: bool,
+    steps: int,
+    resumed_from: int | None,
+    world_size: int,
+    global_batch: int,
+    job_facts: dict[str, Any],
+) -> dict[str, Any]:
+    """The facts both engines report of a finished training for the train stage.json: the
+    resolved device (name, backend, precision, peak memory: a TorchDevice or TFDevice), whether
+    the step was compiled, the steps taken, the step it resumed from (None: a fresh start),
+    world size, global batch and the workload's own facts."""
+    return {
+        "device": device.name,
+        "backend": device.backend,
+        "precision": device.precision,
+        "compiled": compiled,
+        "steps": steps,
+        "resumed_from_step": resumed_from,
+        "world_size": world_size,
+        "global_batch": global_batch,
+        **memory_facts(device.peak_memory()),
+        **job_facts,
+    }

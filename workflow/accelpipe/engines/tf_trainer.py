@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.config import ProfileConfig, TrainConfig, view
-from accelpipe.devices import memory_facts, tf_device
+from accelpipe.devices import tf_device
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.distributed import check_global_batch
-from accelpipe.engines import ENGINES, tf_distributed
+from accelpipe.engines import ENGINES, run_facts, tf_distributed
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.train_log import log_row, open_log, truncate_log
@@ -114,18 +114,15 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
             job.model.save_weights(str(Path(scratch) / MODEL_FILE))
         return None
     job.model.save_weights(str(work_dir / MODEL_FILE))
-    return {
-        "device": device.name,
-        "backend": device.backend,
-        "precision": device.precision,
-        "compiled": train_cfg.compile,
-        "steps": trainer.step,
-        "resumed_from_step": resumed_from,
-        "world_size": world,
-        "global_batch": job.batch_size,
-        **memory_facts(device.peak_memory()),
-        **job.facts,
-    }
+    return run_facts(
+        device,
+        compiled=train_cfg.compile,
+        steps=trainer.step,
+        resumed_from=resumed_from,
+        world_size=world,
+        global_batch=job.batch_size,
+        job_facts=job.facts,
+    )
 
 
 def load_for_eval(

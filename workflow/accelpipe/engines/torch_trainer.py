@@ -34,10 +34,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe import distributed, optim
 from accelpipe.config import ProfileConfig, TrainConfig, view
-from accelpipe.devices import memory_facts, torch_device
+from accelpipe.devices import torch_device
 from accelpipe.devices.torch_device import Device
 from accelpipe.distributed import DistContext
-from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT
+from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, run_facts
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
     SECTIONS,
@@ -123,18 +123,15 @@ def run_training(
             return None
         weights = {"state_dict": trainer.model.state_dict(), **job.checkpoint}
         torch.save(weights, work_dir / MODEL_FILE)
-        return {
-            "device": device.name,
-            "backend": device.backend,
-            "precision": device.precision,
-            "compiled": train_cfg.compile,
-            "steps": trainer.step,
-            "resumed_from_step": resumed_from,
-            "world_size": ctx.world_size,
-            "global_batch": train_cfg.batch_size,
-            **memory_facts(device.peak_memory()),
-            **job.facts,
-        }
+        return run_facts(
+            device,
+            compiled=train_cfg.compile,
+            steps=trainer.step,
+            resumed_from=resumed_from,
+            world_size=ctx.world_size,
+            global_batch=train_cfg.batch_size,
+            job_facts=job.facts,
+        )
     finally:
         ctx.destroy()
 

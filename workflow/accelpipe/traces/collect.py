@@ -22,7 +22,7 @@ from accelpipe.traces import classify
 from accelpipe.traces.classify import ANNOTATION, INSTANT, KERNEL, MIRROR, OTHER, RUNTIME
 from accelpipe.traces.formats import SAMPLE_EVENTS, Evidence
 from accelpipe.traces.memory import MemoryEvents
-from accelpipe.traces.reader import loads_batch
+from accelpipe.traces.reader import loads_batch, loads_matching
 from accelpipe.traces.tf_collect import TFEvents
 
 # Events whose "cat" is anything but a bulk category get decoded. Run on escape-free bytes, so
@@ -99,13 +99,7 @@ class FileEvents:
                 if self.tf is None:
                     self.tf = TFEvents()
                 self.tf.take_block(seg, clean, starts, ends, base, self.events)
-        hits = [m.start() for m in _INTEREST_RE.finditer(clean, 0, int(ends[-1]) + 1)]
-        if not hits:
-            return
-        idx = np.unique(np.searchsorted(starts, hits, side="right") - 1)
-        idx = idx[idx >= 0]
-        picked = (starts[idx].tolist(), (ends[idx] + 1).tolist())
-        self.add_many(loads_batch(seg, *picked, base, self.events))
+        self.add_many(loads_matching(_INTEREST_RE, seg, clean, starts, ends, base, self.events))
 
     def _look_for_format(self, clean: bytes) -> None:
         m = _BULK_RE.search(clean)

@@ -219,6 +219,26 @@ def stream_events(r: ByteWindow, sink: Sink) -> None:
             raise Malformed("truncated: the traceEvents array is never closed", r.offset)
 
 
+def loads_matching(
+    pattern: re.Pattern[bytes],
+    seg: bytes,
+    clean: bytes,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    base: int,
+    first: int,
+) -> list:
+    """The block's events (objects ``seg[starts[i]:ends[i] + 1]``) in which ``pattern``
+    matches ``clean`` (the block with string contents blanked), decoded in one batch; the
+    rest are never decoded."""
+    hits = [m.start() for m in pattern.finditer(clean, 0, int(ends[-1]) + 1)]
+    if not hits:
+        return []
+    idx = np.unique(np.searchsorted(starts, hits, side="right") - 1)
+    idx = idx[idx >= 0]
+    return loads_batch(seg, starts[idx].tolist(), (ends[idx] + 1).tolist(), base, first)
+
+
 def loads_batch(seg: bytes, starts: list[int], ends: list[int], base: int, first: int) -> list:
     """Decode the events ``seg[s:e]`` in one call (C speed, no per-event call). For the
     error message: ``base`` is the stream offset of ``seg``, ``first`` the 0-based number of

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.traces.reader import loads_batch
+from accelpipe.traces.reader import loads_matching
 
 # Scope (first long_name component) -> section; gradient_tape/ is the backward pass.
 SCOPES = {
@@ -78,13 +78,7 @@ class TFEvents:
     ) -> None:
         if not self.xla and _XLA_RE.search(clean) is not None:
             self.xla = True
-        hits = [m.start() for m in _INTEREST_RE.finditer(clean, 0, int(ends[-1]) + 1)]
-        if not hits:
-            return
-        idx = np.unique(np.searchsorted(starts, hits, side="right") - 1)
-        idx = idx[idx >= 0]
-        picked = (starts[idx].tolist(), (ends[idx] + 1).tolist())
-        self.add_many(loads_batch(seg, *picked, base, first))
+        self.add_many(loads_matching(_INTEREST_RE, seg, clean, starts, ends, base, first))
 
     def add_many(self, events: list) -> None:
         for ev in events:
