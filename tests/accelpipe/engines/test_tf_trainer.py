@@ -199,20 +199,32 @@ def test_fp16_runs_with_loss_scaling_and_bf16_keeps_fp32_weights(tmp_path: Path)
 
 
 TWO_WORKERS = """
-import json, sys
+import json, os, sys
 from pathlib import Path
 from accelpipe.config import TrainConfig, view
 from accelpipe.engines import tf_distributed
 from tests.helpers import tf_toy
-out = Path(sys.argv[1])
+out, mode = Path(sys.argv[1]), (sys.argv[2:] or ["plain"])[0]
 train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2}
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
-if len(sys.argv) > 2:  # a launched worker (TF_CONFIG set by the launcher): train
+if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launcher): train
     from accelpipe.engines.tf_trainer import run_training
+    index = tf_distributed.cluster()[0]
+    if mode == "slow" and index == 1:  # worker 1 lingers after each checkpoint
+        import time
+        import tensorflow as tf
+        save = tf.train.CheckpointManager.save
+        def slow_save(self, *args, **kwargs):
+            path = save(self, *args, **kwargs)
+            time.sleep(1.5)
+            (out / "worker1_saved").write_text(repr(time.time()))
+            return path
+        tf.train.CheckpointManager.save = slow_save
     facts = run_training(cfg, out, tf_toy.make_job)
-    (out / f"facts{tf_distributed.cluster()[0]}.json").write_text(json.dumps(facts))
+    (out / f"facts{index}.json").write_text(json.dumps(facts))
+    (out / f"returned{index}").write_text(repr(__import__("time").time()))
 else:  # the launcher, with this script as the workers' command instead of the CLI
-    tf_distributed.worker_command = lambda argv: [sys.executable, __file__, str(out), "worker"]
+    tf_distributed.worker_command = lambda argv: [sys.executable, __file__, str(out), mode]
     tf_distributed.launch_training(view(TrainConfig, train), [], 2)
 """
 
@@ -234,3 +246,18 @@ def test_two_workers_train_like_one_process_on_the_same_global_batches(tmp_path:
     for a, b in zip(_weights(one), _weights(two), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert not list(two.glob(".checkpoints-worker*"))  # the other worker's scratch copy
+
+
+def test_the_chief_returns_only_after_every_worker_wrote_its_last_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Once the chief returns, the train stage moves the work directory and drops the
+    checkpoints: a worker still writing its own there failed once under Slurm."""
+    script = tmp_path / "two_workers.py"
+    script.write_text(TWO_WORKERS)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'workflow'}{os.pathsep}{REPO}"}
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run([sys.executable, str(script), str(out), "slow"], env=env, check=True)
+    chief_returned = float((out / "returned0").read_text())
+    assert chief_returned >= float((out / "worker1_saved").read_text())

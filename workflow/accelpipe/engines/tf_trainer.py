@@ -112,8 +112,15 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
         # collective the chief would wait on forever. Only the chief's file is kept.
         with tempfile.TemporaryDirectory() as scratch:
             job.model.save_weights(str(Path(scratch) / MODEL_FILE))
+    else:
+        job.model.save_weights(str(work_dir / MODEL_FILE))
+    if strategy is not None:
+        # Once the chief returns, its stage moves the work directory into place and drops the
+        # checkpoints, while a worker may still be writing its last one in there (a model
+        # without sync-on-read variables saves with no collective to hold the chief back).
+        _all_workers_done(strategy)
+    if index != 0:
         return None
-    job.model.save_weights(str(work_dir / MODEL_FILE))
     return run_facts(
         device,
         compiled=train_cfg.compile,
@@ -123,6 +130,13 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
         global_batch=job.batch_size,
         job_facts=job.facts,
     )
+
+
+def _all_workers_done(strategy: tf.distribute.Strategy) -> None:
+    """A barrier: a one-value all-reduce that returns on each worker once every worker has
+    reached it."""
+    ones = strategy.run(lambda: tf.constant(1.0))
+    strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
 
 
 def load_for_eval(
