@@ -34,6 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from math import inf
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,9 @@ def _ade20k_items(raw: Path) -> dict[str, list[Any]]:
     return {split: pairs(raw, split) for split in ade20k.SPLITS}
 
 
-def _per_record_us(items: list[Any], module: Any, files: Any) -> dict[str, float]:
+def _per_record_us(
+    items: list[Any], encode: Callable[[Any], bytes], files: Callable[[Any], Iterable[str]]
+) -> dict[str, float]:
     """Microseconds per record in this one process, inputs in the page cache: reading its
     files, and `encode` (read, checks, hash or decode, Example), which a writer adds to it.
     Their quotient is the ratio where neither pool start-up nor the disk counts."""
@@ -89,7 +92,7 @@ def _per_record_us(items: list[Any], module: Any, files: Any) -> dict[str, float
     read_s = time.perf_counter() - start
     start = time.perf_counter()
     for item in items:
-        module.encode(item)
+        encode(item)
     encode_s = time.perf_counter() - start
     return {
         "read_us": round(read_s / len(items) * 1e6, 1),
@@ -122,13 +125,19 @@ def _floor(
 
 def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
     shards = {"train": args.train_shards, "val": args.val_shards}
-    module, synthesize, plan, encoder, item_files = {
-        "coco": (coco, coco_synthesize, _coco_items, coco_tfrecord, coco_tfrecord.image_files),
+    module, synthesize, plan, encode, item_files = {
+        "coco": (
+            coco,
+            coco_synthesize,
+            _coco_items,
+            coco_tfrecord.encode,
+            coco_tfrecord.image_files,
+        ),
         "ade20k": (
             ade20k,
             ade20k_synthesize,
             _ade20k_items,
-            ade20k_tfrecord,
+            ade20k_tfrecord.encode,
             ade20k_tfrecord.pair_files,
         ),
     }[dataset]
@@ -172,7 +181,7 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
             "input_mb": round(input_bytes / 1e6, 2),
         }
         | {cache: _timings(best[cache], images, input_bytes) for cache in CACHES}
-        | {"one_process": _per_record_us(items["train"], encoder, item_files)}
+        | {"one_process": _per_record_us(items["train"], encode, item_files)}
     )
 
 

@@ -9,24 +9,12 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 import scipy.io
 from PIL import Image
 
 from accelpipe.datasets import imagenet, imagenet_synthetic
 from accelpipe.datasets.download import md5sum
-from tests.accelpipe.datasets.test_imagenet import SYNTH, _rows, build_index, build_synthetic
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
-    """build_synthetic, made once for this module."""
-    return build_synthetic(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def prepared(synthetic, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_index(synthetic[0], tmp_path_factory)
+from tests.helpers.imagenet_raw import SYNTH, index_rows
 
 
 def _ground_truth(tars: Path) -> dict[str, str]:
@@ -41,8 +29,8 @@ def _ground_truth(tars: Path) -> dict[str, str]:
     return {f"ILSVRC2012_val_{i:08d}.JPEG": by_id[int(t)] for i, t in enumerate(truth, 1)}
 
 
-def test_synthetic_raw_layout_and_facts(synthetic):
-    raw, tars, facts = synthetic
+def test_synthetic_raw_layout_and_facts(imagenet_raw):
+    raw, tars, facts = imagenet_raw
     assert facts == {"source": "synthetic", "classes": 4, "train": 20, "val": 12}
     root = raw / imagenet.ROOT
     classes = json.loads((root / "classes.json").read_text())
@@ -56,26 +44,26 @@ def test_synthetic_raw_layout_and_facts(synthetic):
         assert outer.getnames() == [f"{w}.tar" for w in wnids]
 
 
-def test_val_images_follow_the_devkit_ground_truth(synthetic):
-    raw, tars, _ = synthetic
+def test_val_images_follow_the_devkit_ground_truth(imagenet_raw):
+    raw, tars, _ = imagenet_raw
     truth = _ground_truth(tars)
     placed = {p.name: p.parent.name for p in (raw / imagenet.ROOT / "val").glob("*/*")}
     assert placed == truth
 
 
-def test_synthetic_archives_are_deterministic(synthetic, tmp_path):
-    _, tars, _ = synthetic
+def test_synthetic_archives_are_deterministic(imagenet_raw, tmp_path):
+    _, tars, _ = imagenet_raw
     again = imagenet_synthetic.synthesize_tars(tmp_path / "again", **SYNTH)
     for path in again.values():
         assert md5sum(path) == md5sum(tars / path.name)
 
 
-def test_classes_are_separable_by_mean_colour(synthetic, prepared):
+def test_classes_are_separable_by_mean_colour(imagenet_raw, imagenet_index):
     """A nearest-centroid classifier on mean chromaticity: what even a tiny CNN can learn."""
-    root = synthetic[0] / imagenet.ROOT
+    root = imagenet_raw[0] / imagenet.ROOT
 
     def features(split: str) -> tuple[np.ndarray, np.ndarray]:
-        rows = _rows(prepared / f"{split}.csv")
+        rows = index_rows(imagenet_index / f"{split}.csv")
         x = []
         for row in rows:
             rgb = np.asarray(Image.open(root / row["path"]).convert("RGB"), np.float64)

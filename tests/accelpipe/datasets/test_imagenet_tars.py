@@ -14,7 +14,7 @@ from PIL import Image
 from accelpipe.datasets import imagenet, imagenet_tars
 from accelpipe.datasets.download import md5sum
 from accelpipe.errors import ConfigError, DataError
-from tests.accelpipe.datasets.test_imagenet import _cfg, build_synthetic
+from tests.helpers.imagenet_raw import imagenet_config
 
 
 def _tar(path: Path, members: dict[str, bytes]) -> Path:
@@ -40,12 +40,6 @@ def _jpeg(width: int = 8, height: int = 6) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (width, height), (200, 20, 20)).save(buf, "JPEG")
     return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
-    """build_synthetic, made once for this module."""
-    return build_synthetic(tmp_path_factory)
 
 
 @pytest.fixture
@@ -75,7 +69,7 @@ def _val_layout(root: Path) -> dict[str, str]:
 
 
 def test_import_with_val_label_file(tars, tmp_path):
-    facts = imagenet.make_raw(_cfg("import", **tars), tmp_path / "raw", tmp_path / "dl")
+    facts = imagenet.make_raw(imagenet_config("import", **tars), tmp_path / "raw", tmp_path / "dl")
     assert facts == {"source": "import", "classes": 2, "train": 3, "val": 3}
     root = tmp_path / "raw" / imagenet.ROOT
     assert _val_layout(root) == {
@@ -110,13 +104,13 @@ def test_import_checks_md5_and_names_the_file(tars, tmp_path):
 
 
 def test_missing_import_keys_are_named(tars, tmp_path):
-    cfg = _cfg("import", val_tar=tars["val_tar"], val_labels=tars["val_labels"])
+    cfg = imagenet_config("import", val_tar=tars["val_tar"], val_labels=tars["val_labels"])
     with pytest.raises(ConfigError, match=r"datasets\.imagenet\.import\.train_tar"):
         imagenet.make_raw(cfg, tmp_path / "raw", tmp_path / "dl")
-    cfg = _cfg("import", train_tar=tars["train_tar"], val_tar=tars["val_tar"])
+    cfg = imagenet_config("import", train_tar=tars["train_tar"], val_tar=tars["val_tar"])
     with pytest.raises(ConfigError, match="devkit or val_labels"):
         imagenet.make_raw(cfg, tmp_path / "raw", tmp_path / "dl")
-    cfg = _cfg("import", **{**tars, "devkit": tmp_path / "nope.tar.gz"})
+    cfg = imagenet_config("import", **{**tars, "devkit": tmp_path / "nope.tar.gz"})
     with pytest.raises(DataError, match=r"nope\.tar\.gz: file given by .*import\.devkit"):
         imagenet.make_raw(cfg, tmp_path / "raw", tmp_path / "dl")
 
@@ -178,8 +172,8 @@ def test_val_label_with_unknown_class(tars, tmp_path):
         imagenet_tars.import_tars(tmp_path / "raw", **tars)
 
 
-def test_devkit_ground_truth_with_unknown_id(synthetic, tmp_path):
-    _, generated, _ = synthetic
+def test_devkit_ground_truth_with_unknown_id(imagenet_raw, tmp_path):
+    _, generated, _ = imagenet_raw
     with tarfile.open(generated / imagenet.DEVKIT) as tf:
         members = {m.name: tf.extractfile(m).read() for m in tf if m.isfile()}
     truth = f"ILSVRC2012_devkit_t12/data/{imagenet.GROUND_TRUTH}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import platform
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from accelpipe.devices import resolve_precision, usable_threads
@@ -102,18 +101,17 @@ def _rocm(precision: str, index: int) -> TFDevice:
     return _gpu("rocm", tf.test.is_built_with_rocm(), "ROCm", precision, index)
 
 
-def _load_habana() -> ModuleType:
-    """habana_frameworks.tensorflow with its module loaded (which registers the HPU device);
+def _load_habana() -> None:
+    """Load habana_frameworks.tensorflow's module (it registers the HPU device);
     BackendUnavailableError in one line where Habana's TensorFlow stack is absent."""
     try:
-        import habana_frameworks.tensorflow as habana
+        from habana_frameworks.tensorflow import load_habana_module
     except ImportError as err:
         raise BackendUnavailableError(
             "backend 'gaudi' needs habana_frameworks.tensorflow (Habana's TensorFlow stack, "
             f"last released with SynapseAI 1.14 for TF 2.15): {err}"
         ) from None
-    habana.load_habana_module()
-    return habana
+    load_habana_module()
 
 
 def _gaudi_name() -> str:

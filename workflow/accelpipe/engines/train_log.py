@@ -51,13 +51,16 @@ class LogWriter:
         self.tensorboard.add(int(row["step"]), {f"train/{k}": float(row[k]) for k in SCALARS})
 
 
-def _read_rows(path: Path) -> list[dict[str, str]]:
-    """The log's rows, each with every LOG_FIELDS key (an older log's rows: attempt 0)."""
+def _read_rows(path: Path) -> tuple[list[dict[str, str]], bool]:
+    """The log's rows, each with every LOG_FIELDS key (an older log's rows: attempt 0), and
+    whether its header is the current one."""
     with path.open(newline="") as f:
-        rows = [{k: r.get(k, "") for k in LOG_FIELDS} for r in csv.DictReader(f)]
+        reader = csv.DictReader(f)
+        rows = [{k: r.get(k, "") for k in LOG_FIELDS} for r in reader]
+        current = tuple(reader.fieldnames or ()) == LOG_FIELDS
     for row in rows:
         row["attempt"] = row["attempt"] or "0"
-    return rows
+    return rows, current
 
 
 def _next_attempt(path: Path) -> int:
@@ -65,9 +68,7 @@ def _next_attempt(path: Path) -> int:
     header is rewritten with the current one first, so appended rows line up."""
     if not path.exists():
         return 0
-    with path.open(newline="") as f:
-        current = tuple(next(csv.reader(f), ())) == LOG_FIELDS
-    rows = _read_rows(path)
+    rows, current = _read_rows(path)
     if not current:
         write_csv(path, rows, LOG_FIELDS)
     return 1 + max((int(r["attempt"]) for r in rows), default=-1)
@@ -120,5 +121,5 @@ def truncate_log(work_dir: Path, last_step: int) -> None:
     path = work_dir / LOG_FILE
     if not path.exists():
         return
-    rows = [r for r in _read_rows(path) if int(r["step"]) <= last_step]
+    rows = [r for r in _read_rows(path)[0] if int(r["step"]) <= last_step]
     write_csv(path, rows, LOG_FIELDS)
