@@ -3,11 +3,14 @@ JSON object with a result per dataset.
 
 COCO's prepare (accelpipe.datasets.coco.prepare) reads every JPEG, checks its header, hashes
 it and writes it into an Example. ADE20K's (accelpipe.datasets.ade20k.prepare) reads every
-JPEG and annotation PNG, checks the JPEG header, decodes the PNG to check its size and values
-and writes both into an Example. The floor is what no converter that keeps the file bytes can
-avoid: reading the same files (those it converts), split into the same shards and run on the
-same worker pool (`datasets.pool.map_tasks`), in the same process. `ratio_to_floor` =
-floor_s / prepare_s (1.0: the conversion costs no more than reading the bytes).
+JPEG and annotation PNG, checks the JPEG header and the PNG's header and chunk CRCs and
+writes both into an Example; with --verify-labels it also decodes every PNG to check its
+values (segmenter.prepare.verify_labels, off by default).
+
+The floor is what no converter that keeps the file bytes can avoid: reading the same files
+(those it converts), split into the same shards and run on the same worker pool
+(`datasets.pool.map_tasks`), in the same process. `ratio_to_floor` = floor_s / prepare_s
+(1.0: the conversion costs no more than reading the bytes).
 
 Each side is timed twice per repeat: `cold`, reading from disk (every input file is dropped
 from the page cache first, posix_fadvise DONTNEED, as for a dataset larger than memory or
@@ -15,7 +18,7 @@ freshly downloaded), and `warm`, from the page cache (a re-run on a small set). 
 warm case is a memory copy: there a converter pays its hashing and encoding in full.
 
 `one_process` adds, per train record in this process with the inputs cached, the time to
-read its files and to `encode` it (read, checks, hash or PNG decode, Example): where the
+read its files and to `encode` it (read, checks, hash or PNG decode, Example pieces): where the
 pools' start-up and the disk no longer count (a large dataset on a fast disk), the ratio
 tends to read_us / encode_us.
 
@@ -28,6 +31,7 @@ every fork of a pool took ~10 ms longer on both sides, which flattered the ratio
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -125,6 +129,7 @@ def _floor(
 
 def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
     shards = {"train": args.train_shards, "val": args.val_shards}
+    options = {"verify_labels": True} if args.verify_labels and dataset == "ade20k" else {}
     module, synthesize, plan, encode, item_files = {
         "coco": (
             coco,
@@ -137,7 +142,7 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
             ade20k,
             ade20k_synthesize,
             _ade20k_items,
-            ade20k_tfrecord.encode,
+            functools.partial(ade20k_tfrecord.encode, verify_values=bool(options)),
             ade20k_tfrecord.pair_files,
         ),
     }[dataset]
@@ -166,6 +171,7 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
                 train_shards=args.train_shards,
                 val_shards=args.val_shards,
                 workers=args.workers,
+                **options,
             )
             best[cache]["prepare_s"] = min(best[cache]["prepare_s"], time.perf_counter() - start)
             written = json.loads((out / "dataset.json").read_text())["splits"]
@@ -178,6 +184,7 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
             "size": list(args.size),
             "shards": shards,
             "workers": args.workers,
+            **options,
             "input_mb": round(input_bytes / 1e6, 2),
         }
         | {cache: _timings(best[cache], images, input_bytes) for cache in CACHES}
@@ -206,6 +213,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--val-shards", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="best of N timings for each side")
+    ap.add_argument(
+        "--verify-labels", action="store_true", help="ADE20K: decode every PNG in prepare"
+    )
     ap.add_argument("--tmp", default=None, help="scratch folder on a disk, not tmpfs")
     args = ap.parse_args(argv)
 

@@ -203,7 +203,12 @@ def test_annotation_of_another_size_is_named(project: Project, raw_copy: Path) -
     assert "ADE_val_00000001.jpg" in out  # both files named
 
 
-def test_label_value_above_150_is_named(project: Project, raw_copy: Path) -> None:
+@pytest.mark.parametrize("verify_labels", [False, True], ids=["train-finds-it", "prepare-finds-it"])
+def test_label_value_above_150_is_named(
+    project: Project, raw_copy: Path, verify_labels: bool
+) -> None:
+    """By default training meets the value as it decodes the label (prepare only walks the
+    PNG's chunks); with verify_labels prepare decodes every label and names the raw files."""
     import numpy as np
     from PIL import Image
 
@@ -211,8 +216,17 @@ def test_label_value_above_150_is_named(project: Project, raw_copy: Path) -> Non
     values = np.array(Image.open(label))
     values[0, 0] = 151
     Image.fromarray(values).save(label)
-    out = _fails_naming(project, "ADE_train_00000003.png", _ade20k(source=f"path:{raw_copy}"))
-    assert "151" in out
+    segmenter = "segmenter=" + json.dumps({"prepare": {"verify_labels": verify_labels}})
+    # prepare names the files of the raw folder (a link to the user's copy); training has the
+    # records, which hold the file names
+    png, jpg = "ADE_train_00000003.png", "ADE_train_00000003.jpg"
+    if verify_labels:
+        png, jpg = (
+            f"data/raw/ade20k/annotations/training/{png}",
+            f"data/raw/ade20k/images/training/{jpg}",
+        )
+    needle = f"{png} (annotation of {jpg}): value 151 is above the 150 classes"
+    _fails_naming(project, needle, _ade20k(source=f"path:{raw_copy}"), segmenter)
 
 
 @pytest.mark.parametrize(

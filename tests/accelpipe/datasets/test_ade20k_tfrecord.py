@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from accelpipe.datasets import ade20k, ade20k_tfrecord
+from accelpipe.datasets import ade20k, ade20k_input, ade20k_tfrecord
 from accelpipe.datasets.ade20k_synthetic import synthesize
+from accelpipe.engines.tf_data_checks import checked
 from accelpipe.errors import DataError
 
 pytestmark = pytest.mark.tensorflow
@@ -74,6 +76,7 @@ def test_layout_and_dataset_json(prepared: Path) -> None:
         "num_classes": 150,
         "ignore_index": 255,
         "label_convention": ade20k.LABEL_CONVENTION,
+        "label_values_checked": "in the input pipeline (each label as it is decoded)",
         "classes": list(ade20k.CLASS_NAMES),
     }
     assert sorted(meta["features"]) == sorted(FEATURES)
@@ -150,12 +153,14 @@ def _files(raw: Path, split: str, index: int) -> tuple[Path, Path]:
     )
 
 
-def _prepare_fails(raw: Path, out: Path, workers: int = 1) -> str:
+def _prepare_fails(raw: Path, out: Path, workers: int = 1, verify_labels: bool = False) -> str:
     """The one-line message; the earlier `out` and its folder are untouched."""
     out.mkdir()
     (out / "earlier.txt").write_text("kept")
     with pytest.raises(DataError) as err:
-        ade20k.prepare(raw, out, train_shards=2, val_shards=2, workers=workers)
+        ade20k.prepare(
+            raw, out, train_shards=2, val_shards=2, workers=workers, verify_labels=verify_labels
+        )
     assert "\n" not in str(err.value)
     assert [p.name for p in out.iterdir()] == ["earlier.txt"]
     assert (out / "earlier.txt").read_text() == "kept"
@@ -206,13 +211,36 @@ def test_annotation_of_another_size_names_both(copy: Path, tmp_path: Path) -> No
     )
 
 
-def test_value_above_150_names_the_file_and_value(copy: Path, tmp_path: Path) -> None:
-    jpg, png = _files(copy, "val", 2)
+def _label_with_151(raw: Path, split: str, index: int) -> tuple[Path, Path]:
+    jpg, png = _files(raw, split, index)
     label = np.array(Image.open(png))
     label[3, 4] = 151
     Image.fromarray(label).save(png)
-    message = _prepare_fails(copy, tmp_path / "out")
+    return jpg, png
+
+
+def test_value_above_150_names_the_file_and_value_with_verify_labels(
+    copy: Path, tmp_path: Path
+) -> None:
+    jpg, png = _label_with_151(copy, "val", 2)
+    message = _prepare_fails(copy, tmp_path / "out", workers=2, verify_labels=True)
     assert message == f"{png} (annotation of {jpg}): value 151 is above the 150 classes"
+
+
+def test_values_are_left_to_the_input_pipeline_without_verify_labels(
+    copy: Path, tmp_path: Path
+) -> None:
+    """The record is written as it is; parsing it is one DataError naming both files."""
+    _label_with_151(copy, "val", 2)
+    out = ade20k.prepare(copy, tmp_path / "out", train_shards=1, val_shards=1)
+    meta = json.loads((out / "dataset.json").read_text())
+    assert meta["label_values_checked"] == "in the input pipeline (each label as it is decoded)"
+    with pytest.raises(DataError) as err:
+        list(checked(ade20k_input.eval_dataset(_shards(out, "val"))))
+    assert str(err.value) == (
+        "ADE_val_00000002.png (annotation of ADE_val_00000002.jpg): value 151 is above the 150 "
+        "classes (prepare with verify_labels checks every file)"
+    )
 
 
 NOT_8_BIT_GREY = {
@@ -251,7 +279,28 @@ def test_truncated_png_is_unreadable(copy: Path, tmp_path: Path) -> None:
     data = png.read_bytes()
     png.write_bytes(data[: len(data) // 2])
     message = _prepare_fails(copy, tmp_path / "out")
-    assert message.startswith(f"{png} (annotation of {jpg}): unreadable PNG (")
+    assert message == f"{png} (annotation of {jpg}): unreadable PNG (truncated in its IDAT chunk)"
+
+
+def test_png_with_a_flipped_bit_fails_its_crc(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "train", 3)
+    data = bytearray(png.read_bytes())
+    data[data.index(b"IDAT") + 6] ^= 0x10
+    png.write_bytes(bytes(data))
+    message = _prepare_fails(copy, tmp_path / "out", workers=2)
+    assert message == f"{png} (annotation of {jpg}): unreadable PNG (its IDAT chunk fails its CRC)"
+
+
+def test_png_problem_walks_the_chunks() -> None:
+    grey = _png_bytes(np.arange(60, dtype=np.uint8).reshape(6, 10))
+    assert ade20k_tfrecord.png_problem(grey) is None
+    assert ade20k_tfrecord.png_problem(grey[:-12]) == "truncated: no IEND chunk"
+    assert ade20k_tfrecord.png_problem(grey[:-6]) == "truncated: no IEND chunk"
+    assert ade20k_tfrecord.png_problem(grey[:-2]) == "truncated in its IEND chunk"
+    idat = grey.index(b"IDAT") - 4
+    (length,) = struct.unpack_from(">I", grey, idat)
+    no_data = grey[:idat] + grey[idat + 12 + length :]
+    assert ade20k_tfrecord.png_problem(no_data) == "no IDAT chunk"
 
 
 def test_corrupt_jpeg_names_the_file(copy: Path, tmp_path: Path) -> None:

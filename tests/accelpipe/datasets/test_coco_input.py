@@ -251,31 +251,6 @@ def test_normalise_is_imagenet_mean_and_std() -> None:
 # ----------------------------------------------------------------------------- sharding
 
 
-def test_records_shard_whole_files_when_there_are_enough(tmp_path: Path) -> None:
-    items = [f"r{i}".encode() for i in range(7)]
-    files = tfrecord.write_shards(tmp_path, "x", items, 2, bytes, workers=1)
-    seen = [
-        [r.numpy() for r in tfrecord.worker_records(files, 2, index, seed=3)] for index in range(2)
-    ]
-    assert seen == [items[0::2], items[1::2]]  # file 0 (records 0, 2, ...), file 1
-
-
-@pytest.mark.parametrize(("num_files", "num_workers"), [(1, 2), (3, 4)])
-def test_records_shard_records_when_files_are_fewer_than_workers(
-    tmp_path: Path, num_files: int, num_workers: int
-) -> None:
-    items = [f"r{i}".encode() for i in range(11)]
-    files = tfrecord.write_shards(tmp_path, "x", items, num_files, bytes, workers=1)
-    seen = [
-        [r.numpy() for r in tfrecord.worker_records(files, num_workers, index, seed=5)]
-        for index in range(num_workers)
-    ]
-    assert sorted(r for s in seen for r in s) == sorted(items)  # disjoint, and all covered
-    assert max(map(len, seen)) - min(map(len, seen)) <= 1
-    if num_files == 1:
-        assert seen == [items[k::num_workers] for k in range(num_workers)]
-
-
 def test_train_dataset_workers_see_disjoint_records_covering_all(
     raw: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -270,12 +270,6 @@ def test_shard_count_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         tfrecord.write_shards(tmp_path, "val", [b"a", b"b", b"c", b"d"], 2, bytes, workers=1)
 
 
-def test_write_shards_writes_empty_shards_too(tmp_path: Path) -> None:
-    paths = tfrecord.write_shards(tmp_path, "x", [b"a", b"b"], 3, bytes, workers=1)
-    assert [p.name for p in paths] == [f"x-0000{i}-of-00003.tfrecord" for i in range(3)]
-    assert [tfrecord.count_records([p]) for p in paths] == [1, 1, 0]
-
-
 def test_jpeg_size_reads_the_frame_header(raw: Path) -> None:
     img = _instances(raw, "val")["images"][0]
     data = (raw / "val2017" / img["file_name"]).read_bytes()

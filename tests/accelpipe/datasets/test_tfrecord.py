@@ -46,6 +46,12 @@ def test_a_flipped_byte_fails_tensorflows_checksum(tmp_path: Path) -> None:
         list(dataset.as_numpy_iterator())
 
 
+def test_every_shard_is_written_empty_ones_too(tmp_path: Path) -> None:
+    paths = tfrecord.write_shards(tmp_path, "x", [b"a", b"b"], 3, _identity, workers=1)
+    assert [p.name for p in paths] == [f"x-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert [tfrecord.count_records([p]) for p in paths] == [1, 1, 0]
+
+
 def test_no_shard_count_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="number of shards"):
         tfrecord.write_shards(tmp_path, "t", RECORDS, 0, _identity)
@@ -72,3 +78,31 @@ def test_example_with_a_value_of_each_varint_width_parses_in_tensorflow(length: 
     assert list(parsed["ints"].int64_list.value) == ints
     assert list(parsed["floats"].float_list.value) == [0.5, -2.0]
     assert parsed["text"].bytes_list.value == [b"a", b"bc"]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_records_shard_whole_files_when_there_are_enough(tmp_path: Path) -> None:
+    items = [f"r{i}".encode() for i in range(7)]
+    files = tfrecord.write_shards(tmp_path, "x", items, 2, _identity, workers=1)
+    seen = [
+        [r.numpy() for r in tfrecord.worker_records(files, 2, index, seed=3)] for index in range(2)
+    ]
+    assert seen == [items[0::2], items[1::2]]  # file 0 (records 0, 2, ...), file 1
+
+
+@pytest.mark.parametrize(("num_files", "num_workers"), [(1, 2), (3, 4)])
+def test_records_shard_records_when_files_are_fewer_than_workers(
+    tmp_path: Path, num_files: int, num_workers: int
+) -> None:
+    items = [f"r{i}".encode() for i in range(11)]
+    files = tfrecord.write_shards(tmp_path, "x", items, num_files, _identity, workers=1)
+    seen = [
+        [r.numpy() for r in tfrecord.worker_records(files, num_workers, index, seed=5)]
+        for index in range(num_workers)
+    ]
+    assert sorted(r for s in seen for r in s) == sorted(items)  # disjoint, and all covered
+    assert max(map(len, seen)) - min(map(len, seen)) <= 1
+    if num_files == 1:
+        assert seen == [items[k::num_workers] for k in range(num_workers)]

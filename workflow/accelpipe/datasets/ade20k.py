@@ -25,6 +25,7 @@ The records keep the raw PNG values; ade20k_input.shift_labels applies the one l
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 from typing import Any
@@ -158,28 +159,32 @@ def prepare(
     train_shards: int = 64,
     val_shards: int = 8,
     workers: int = 1,
+    verify_labels: bool = False,
 ) -> Path:
     """Write the TFRecord shards and dataset.json into `out` (atomic).
 
     A missing partner file stops it before any record is written; a corrupt JPEG, a bad PNG
-    or a size mismatch stops it from the worker. Each is one DataError naming the files, and
-    an existing `out` is left untouched. Records are checked against the expected count.
+    or a size mismatch stops it from the worker, and so does an annotation value above 150
+    with `verify_labels` (without it, ade20k_input finds one when it decodes the label). Each
+    is one DataError naming the files, and an existing `out` is left untouched. Records are
+    checked against the expected count.
     """
     from accelpipe.datasets.ade20k_tfrecord import encode, pair_files, pairs
 
     raw, out = Path(raw), Path(out)
     shards = {"train": train_shards, "val": val_shards}
     plans = {split: pairs(raw, split) for split in SPLITS}
+    encoder = functools.partial(encode, verify_values=verify_labels)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for split in SPLITS:
-            write_shards(tmp, split, plans[split], shards[split], encode, workers, files=pair_files)
+            write_shards(tmp, split, plans[split], shards[split], encoder, workers, pair_files)
         counts = {split: len(plans[split]) for split in SPLITS}
-        write_json(tmp / "dataset.json", _meta(counts, shards))
+        write_json(tmp / "dataset.json", _meta(counts, shards, verify_labels))
     return out
 
 
-def _meta(counts: dict[str, int], shards: dict[str, int]) -> dict[str, Any]:
+def _meta(counts: dict[str, int], shards: dict[str, int], verify_labels: bool) -> dict[str, Any]:
     from accelpipe.datasets.ade20k_tfrecord import FEATURES
 
     return {
@@ -189,6 +194,9 @@ def _meta(counts: dict[str, int], shards: dict[str, int]) -> dict[str, Any]:
         "num_classes": NUM_CLASSES,
         "ignore_index": IGNORE_INDEX,
         "label_convention": LABEL_CONVENTION,
+        "label_values_checked": "in prepare and the input pipeline"
+        if verify_labels
+        else "in the input pipeline (each label as it is decoded)",
         "classes": list(CLASS_NAMES),
     }
 
@@ -204,4 +212,5 @@ def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], wor
         train_shards=options.get("train_shards", 64),
         val_shards=options.get("val_shards", 8),
         workers=workers,
+        verify_labels=options.get("verify_labels", False),
     )

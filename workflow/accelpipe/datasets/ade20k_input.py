@@ -2,8 +2,11 @@
 (mmseg 0.14.1) builds it.
 
 Labels: the records hold the raw annotation PNG (0 = unlabelled, k = class k in 1..150).
-`shift_labels` is the one place they become training labels (0 -> IGNORE_INDEX 255,
-k -> k - 1: mmseg `reduce_zero_label`); both datasets below apply it right after decoding.
+`parse` checks every decoded label's values (prepare checks them only with verify_labels: it
+would decode each PNG a second time); a value above 150 stops training or evaluation with one
+DataError naming the annotation (engines.tf_data_checks). `shift_labels` is the one place
+they become training labels (0 -> IGNORE_INDEX 255, k -> k - 1: mmseg `reduce_zero_label`);
+both datasets below apply it right after decoding.
 
 Train, per image in mmseg's order: keep-ratio random rescale (`Resize(img_scale=(4 * crop,
 crop), ratio_range=scale)`: image bilinear, labels nearest), `RandomCrop(crop,
@@ -25,9 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from accelpipe.datasets.ade20k import IGNORE_INDEX
+from accelpipe.datasets.ade20k import IGNORE_INDEX, NUM_CLASSES
 from accelpipe.datasets.tfrecord import worker_records
 from accelpipe.engines.keras2 import tf
+from accelpipe.engines.tf_data_checks import check
 
 SCALE_RANGE = (0.5, 2.0)
 CAT_MAX_RATIO = 0.75
@@ -53,12 +57,30 @@ def shift_labels(raw: tf.Tensor) -> tf.Tensor:
     return tf.where(raw == 0, tf.constant(IGNORE_INDEX, tf.int32), raw - 1)
 
 
+def _checked_label(encoded: tf.Tensor, filename: tf.Tensor) -> tf.Tensor:
+    """The decoded annotation, its values checked to be <= NUM_CLASSES."""
+    label = tf.io.decode_png(encoded, channels=1)[..., 0]
+    top = tf.reduce_max(label)
+    annotation = tf.strings.regex_replace(filename, r"\.jpg$", ".png")
+    valid = check(
+        top <= NUM_CLASSES,
+        annotation,
+        " (annotation of ",
+        filename,
+        "): value ",
+        tf.strings.as_string(top),
+        f" is above the {NUM_CLASSES} classes (prepare with verify_labels checks every file)",
+    )
+    with tf.control_dependencies([valid]):
+        return tf.identity(label)
+
+
 def parse(record: tf.Tensor) -> dict[str, tf.Tensor]:
-    """One record -> image uint8 [H,W,3], label uint8 [H,W] (raw values), filename."""
+    """One record -> image uint8 [H,W,3], label uint8 [H,W] (raw values, checked), filename."""
     ex = tf.io.parse_single_example(record, _FEATURES)
     return {
         "image": tf.io.decode_jpeg(ex["image/encoded"], channels=3),
-        "label": tf.io.decode_png(ex["label/encoded"], channels=1)[..., 0],
+        "label": _checked_label(ex["label/encoded"], ex["image/filename"]),
         "filename": ex["image/filename"],
     }
 

@@ -255,7 +255,7 @@ def encode(record: ImageRecord) -> bytes:
     return example(_features(record, data))
 
 
-def _features(record: ImageRecord, data: bytes) -> dict[str, Any]:
+def _features(record: ImageRecord, data: bytes) -> dict[str, bytes]:
     boxes: Sequence[Box] = record.boxes
     return {
         "image/height": int64_feature(record.height),

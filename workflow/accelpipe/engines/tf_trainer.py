@@ -40,6 +40,7 @@ from accelpipe.devices.tf_device import TFDevice
 from accelpipe.distributed import check_global_batch
 from accelpipe.engines import ENGINES, run_facts, tf_distributed
 from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_data_checks import data_errors
 from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.train_log import log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
@@ -335,7 +336,8 @@ class _NullLog:
 
 def _next_batch(batches: Any, epoch: int, index: int) -> Any:
     try:
-        return next(batches)
+        with data_errors():  # a record failing an input-pipeline check: one line naming it
+            return next(batches)
     except StopIteration:
         raise ConfigError(
             f"the dataset of epoch {epoch} ended after {index} batches; the workload must "

@@ -29,6 +29,7 @@ from accelpipe.datasets.ade20k_input import eval_dataset, normalise, train_datas
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_data_checks import checked
 from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import DataError
@@ -203,7 +204,7 @@ def evaluate(
     counts = SegmentationCounts(NUM_CLASSES, IGNORE_INDEX)
     out_dir.mkdir(parents=True, exist_ok=True)
     images = 0
-    for example in eval_dataset(_shards(prepared, "val")):
+    for example in checked(eval_dataset(_shards(prepared, "val"))):
         image, label = example["image"].numpy(), example["label"].numpy()
         pred = predict(model, image, window, ev["short_side"], stride, ev["batch_size"])
         counts.update(pred, label)
