@@ -246,3 +246,24 @@ def test_the_wrapper_outside_a_step_fails_with_one_line(job: dict[str, str]) -> 
         "accelpipe TensorFlow worker: SLURM_PROCID is not set: a TensorFlow worker task must be "
         "started by the Slurm launch of accelpipe.engines.tf_distributed"
     ]
+
+
+# -- the local launch ---------------------------------------------------------------------------
+
+
+def test_the_first_worker_to_fail_is_reported_while_an_earlier_one_still_runs() -> None:
+    """Worker 0 (a chief stuck in a collective) never ends; worker 1 fails with status 3."""
+    stuck = subprocess.Popen(["sleep", "600"])
+    failing = subprocess.Popen(["sh", "-c", "exit 3"])
+    try:
+        assert tf_distributed._first_failure([stuck, failing], poll_s=0.01) == 3
+        assert stuck.poll() is None  # still running: the launcher terminates it next
+    finally:
+        stuck.kill()
+        stuck.wait()
+
+
+def test_all_workers_succeeding_is_status_0() -> None:
+    procs = [subprocess.Popen(["true"]), subprocess.Popen(["sh", "-c", "sleep 0.1"])]
+    assert tf_distributed._first_failure(procs, poll_s=0.01) == 0
+    assert [p.returncode for p in procs] == [0, 0]

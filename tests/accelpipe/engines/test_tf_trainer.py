@@ -220,6 +220,15 @@ if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launche
             (out / "worker1_saved").write_text(repr(time.time()))
             return path
         tf.train.CheckpointManager.save = slow_save
+    if mode == "bad_data" and index == 1:  # worker 1's data fails a check at its 2nd batch
+        from accelpipe.errors import DataError
+        from accelpipe.engines import tf_trainer
+        next_batch = tf_trainer._next_batch
+        def failing(batches, epoch, i):
+            if i == 1:
+                raise DataError("worker 1: a bad record")
+            return next_batch(batches, epoch, i)
+        tf_trainer._next_batch = failing
     facts = run_training(cfg, out, tf_toy.make_job)
     (out / f"facts{index}.json").write_text(json.dumps(facts))
     (out / f"returned{index}").write_text(repr(__import__("time").time()))
@@ -261,3 +270,21 @@ def test_the_chief_returns_only_after_every_worker_wrote_its_last_checkpoint(
     subprocess.run([sys.executable, str(script), str(out), "slow"], env=env, check=True)
     chief_returned = float((out / "returned0").read_text())
     assert chief_returned >= float((out / "worker1_saved").read_text())
+
+
+def test_a_worker_failing_stops_the_launch_while_the_chief_waits_in_a_collective(
+    tmp_path: Path,
+) -> None:
+    """Worker 1 stops at its 2nd batch while the chief waits for it in the all-reduce: the
+    launch fails with worker 1's message and no worker finishes."""
+    script = tmp_path / "two_workers.py"
+    script.write_text(TWO_WORKERS)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'workflow'}{os.pathsep}{REPO}"}
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out), "bad_data"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "worker 1: a bad record" in proc.stderr
+    assert not list(out.glob("returned*"))  # neither worker finished training

@@ -51,6 +51,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -152,23 +153,33 @@ def launch_training(cfg: TrainConfig, stage_argv: list[str], threads: int) -> No
     log.info("training on %d TensorFlow workers: %s", cfg.devices, shlex.join(cmd))
     envs = [_worker_env(os.environ, i, i, addresses) for i in range(cfg.devices)]
     procs = [subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": share}) for env in envs]
-    code = 0
     try:
-        for proc in procs:
-            status = proc.wait()
-            if status and not code:
-                code = status
-                for other in procs:  # one worker failed: the collectives of the rest would hang
-                    if other.poll() is None:
-                        other.terminate()
+        code = _first_failure(procs)
     finally:
         for proc in procs:
-            if proc.poll() is None:
+            if proc.poll() is None:  # one worker failed: the collectives of the rest would hang
                 proc.terminate()
                 proc.wait()
     if code:
         log.error("TensorFlow workers failed (status %d)", code)
         raise SystemExit(code)
+
+
+def _first_failure(procs: list[subprocess.Popen[bytes]], poll_s: float = 0.2) -> int:
+    """The status of the first worker to fail, whichever it is, as soon as it does; 0 once
+    all have succeeded. Waiting for them in order would wait on a chief blocked in a
+    collective with a dead worker until TF's heartbeats give up on it."""
+    running = list(procs)
+    while running:
+        for proc in list(running):
+            status = proc.poll()
+            if status is None:
+                continue
+            if status:
+                return status
+            running.remove(proc)
+        time.sleep(poll_s)
+    return 0
 
 
 def _launch_slurm(cfg: TrainConfig, cmd: list[str], share: str, key: str) -> None:
