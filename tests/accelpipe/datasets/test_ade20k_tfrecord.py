@@ -291,6 +291,26 @@ def test_png_with_a_flipped_bit_fails_its_crc(copy: Path, tmp_path: Path) -> Non
     assert message == f"{png} (annotation of {jpg}): unreadable PNG (its IDAT chunk fails its CRC)"
 
 
+def _real_pngs() -> list[Path]:
+    """PNGs written by other encoders than Pillow's: matplotlib's shipped images."""
+    import matplotlib
+
+    return sorted(Path(matplotlib.get_data_path()).rglob("*.png"))
+
+
+def test_png_problem_passes_real_pngs_and_finds_their_damage() -> None:
+    files = _real_pngs()
+    assert len(files) >= 10
+    for path in files:
+        data = path.read_bytes()
+        assert ade20k_tfrecord.png_problem(data) is None, path
+        cut = data[: len(data) * 2 // 3]
+        assert ade20k_tfrecord.png_problem(cut) is not None, path
+        flipped = bytearray(data)
+        flipped[data.index(b"IDAT") + 8] ^= 0x01
+        assert ade20k_tfrecord.png_problem(bytes(flipped)) == "its IDAT chunk fails its CRC"
+
+
 def test_png_problem_walks_the_chunks() -> None:
     grey = _png_bytes(np.arange(60, dtype=np.uint8).reshape(6, 10))
     assert ade20k_tfrecord.png_problem(grey) is None
