@@ -61,9 +61,14 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+# The tag of a length-delimited field (wire type 2) numbered 1..15: one byte.
+_TAGS = (b"", *(bytes((number << 3 | 2,)) for number in range(1, 16)))
+
+
 def _header(number: int, length: int) -> bytes:
     """Tag and length of a length-delimited field (wire type 2) of `length` payload bytes."""
-    return _varint(number << 3 | 2) + _varint(length)
+    # ~60 headers an Example: the one-byte lengths skip _varint's call.
+    return _TAGS[number] + (_ONE_BYTE[length] if length < 128 else _varint(length))
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -72,8 +77,10 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def bytes_feature(values: bytes | str | Iterable[bytes | str]) -> bytes:
     """An encoded Feature holding one or more byte strings (str is UTF-8 encoded)."""
-    if isinstance(values, bytes | str):
-        values = [values]
+    if isinstance(values, bytes | str):  # most features: one value, no list to build
+        value = values.encode() if isinstance(values, str) else values
+        inner = _header(1, len(value))
+        return b"".join((_header(1, len(inner) + len(value)), inner, value))
     parts = []
     for value in values:
         value = value.encode() if isinstance(value, str) else value
@@ -93,7 +100,7 @@ def float_feature(values: float | Iterable[float]) -> bytes:
 def int64_feature(values: int | Iterable[int]) -> bytes:
     """An encoded Feature holding int64 values."""
     ints = [values] if isinstance(values, int) else [int(v) for v in values]
-    packed = b"".join(_varint(v) for v in ints)
+    packed = b"".join([_varint(v) for v in ints])
     return _field(3, _field(1, packed) if ints else b"")  # Feature.int64_list = 3, packed
 
 
@@ -109,14 +116,11 @@ def example(features: dict[str, bytes]) -> bytes:
     # Features, which is field 1 of Example. Joined once: the features are copied once.
     parts: list[bytes] = []
     for name, feature in features.items():
-        key = _map_key(name)
-        value_header = _header(2, len(feature))
-        parts += (
-            _header(1, len(key) + len(value_header) + len(feature)),
-            key,
-            value_header,
-            feature,
-        )
+        key, size = _map_key(name), len(feature)
+        value_header = _header(2, size)
+        entry_header = _header(1, len(key) + len(value_header) + size)
+        parts.append(entry_header + key + value_header)  # small: joined here, not copied later
+        parts.append(feature)
     return b"".join([_header(1, sum(map(len, parts))), *parts])
 
 
