@@ -241,7 +241,8 @@ def image_files(record: ImageRecord) -> tuple[str]:
 def encode(record: ImageRecord) -> bytes:
     """The serialized Example of one image; DataError naming the image id if its JPEG is bad."""
     try:
-        data = Path(record.path).read_bytes()
+        with open(record.path, "rb") as file:  # not Path: ~5 us a record
+            data = file.read()
     except OSError as err:
         raise DataError(f"{record.path}: image id {record.image_id}: {err.strerror}") from None
     size = jpeg_size(data)
