@@ -12,6 +12,12 @@ The floor is what no converter that keeps the file bytes can avoid: reading the 
 (`datasets.pool.map_tasks`), in the same process. `ratio_to_floor` = floor_s / prepare_s
 (1.0: the conversion costs no more than reading the bytes).
 
+`copy_ratio_to_floor` = floor_s / copy_s bounds it from above: `copy` reads the same files
+on the same pools and writes their bytes into the shard files, nothing else, so no converter
+that writes the bytes it reads can do better. Where the disk reads about as fast as memory
+(this VM: ~1 GB/s from an evicted file), writing costs as much as reading and that bound is
+itself well under 1.
+
 Each side is timed twice per repeat: `cold`, reading from disk (every input file is dropped
 from the page cache first, posix_fadvise DONTNEED, as for a dataset larger than memory or
 freshly downloaded), and `warm`, from the page cache (a re-run on a small set). The floor of the
@@ -66,6 +72,34 @@ def _read_all(items: list[tuple[str, ...]]) -> int:
             with open(path, "rb") as fh:
                 total += len(fh.read())
     return total
+
+
+def _copy_shard(task: tuple[str, list[tuple[str, ...]]]) -> int:
+    """Read these files and write their bytes, one after another, to the file `task[0]`."""
+    path, items = task
+    total = 0
+    with open(path, "wb") as out:
+        for paths in ahead(items, _paths):
+            for name in paths:
+                with open(name, "rb") as fh:
+                    total += out.write(fh.read())
+    return total
+
+
+def _copy(
+    files: dict[str, list[tuple[str, ...]]], shards: dict[str, int], workers: int, out: Path
+) -> float:
+    """Seconds to copy those files' bytes into the shards, one task per shard, on `workers`
+    processes: a converter that does nothing but read and write, the most any can reach."""
+    out.mkdir()
+    start = time.perf_counter()
+    for split, count in shards.items():
+        items = files[split]
+        tasks = [(str(out / f"{split}-{i}"), items[i::count]) for i in range(count)]
+        sum(map_tasks(_copy_shard, tasks, workers))
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(out)
+    return elapsed
 
 
 def _coco_items(raw: Path) -> dict[str, list[Any]]:
@@ -154,7 +188,7 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
         split: [tuple(item_files(i)) for i in split_items] for split, split_items in items.items()
     }
     inputs = [p for p in raw.rglob("*") if p.is_file()]
-    best: dict[str, dict[str, float]] = {c: {"floor_s": inf, "prepare_s": inf} for c in CACHES}
+    best = {c: {"floor_s": inf, "copy_s": inf, "prepare_s": inf} for c in CACHES}
     input_bytes, written = 0, {}
     for i in range(args.repeats):  # interleaved so both sides see the same machine state
         for cache in CACHES:
@@ -162,6 +196,10 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
                 _evict(inputs)
             t, input_bytes = _floor(files, shards, args.workers)
             best[cache]["floor_s"] = min(best[cache]["floor_s"], t)
+            if cache == "cold":
+                _evict(inputs)
+            t = _copy(files, shards, args.workers, scratch / f"{dataset}-copy{i}")
+            best[cache]["copy_s"] = min(best[cache]["copy_s"], t)
             if cache == "cold":
                 _evict(inputs)
             start = time.perf_counter()
@@ -193,9 +231,11 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
 
 
 def _timings(best: dict[str, float], images: int, input_bytes: int) -> dict[str, float]:
-    floor_s, prepare_s = best["floor_s"], best["prepare_s"]
+    floor_s, copy_s, prepare_s = best["floor_s"], best["copy_s"], best["prepare_s"]
     return {
         "floor_s": round(floor_s, 4),
+        "copy_s": round(copy_s, 4),
+        "copy_ratio_to_floor": round(floor_s / copy_s, 3),
         "prepare_s": round(prepare_s, 4),
         "images_per_s": round(images / prepare_s, 1),
         "mb_per_s": round(input_bytes / 1e6 / prepare_s, 1),
