@@ -15,8 +15,8 @@ The floor is what no converter that keeps the file bytes can avoid: reading the 
 `copy_ratio_to_floor` = floor_s / copy_s bounds it from above: `copy` reads the same files
 on the same pools and writes their bytes into the shard files, nothing else, so no converter
 that writes the bytes it reads can do better. Where the disk reads about as fast as memory
-(this VM: ~1 GB/s from an evicted file), writing costs as much as reading and that bound is
-itself well under 1.
+(this VM: ~1 GB/s from an evicted file) writing is not free, and at a few thousand images
+that bound falls below 1 (0.8-0.9 here).
 
 Each side is timed twice per repeat: `cold`, reading from disk (every input file is dropped
 from the page cache first, posix_fadvise DONTNEED, as for a dataset larger than memory or
@@ -37,6 +37,7 @@ every fork of a pool took ~10 ms longer on both sides, which flattered the ratio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -65,41 +66,41 @@ def _paths(item: tuple[str, ...]) -> tuple[str, ...]:
     return item
 
 
-def _read_all(items: list[tuple[str, ...]]) -> int:
+def _shard_pass(task: tuple[str | None, list[tuple[str, ...]]]) -> int:
+    """Read these files (with the read-ahead prepare gets, so only compute differs) and, where
+    `task[0]` names a file, write their bytes to it one after another; the bytes read."""
+    out_path, items = task
     total = 0
-    for paths in ahead(items, _paths):  # the read-ahead prepare gets, so only compute differs
-        for path in paths:
-            with open(path, "rb") as fh:
-                total += len(fh.read())
-    return total
-
-
-def _copy_shard(task: tuple[str, list[tuple[str, ...]]]) -> int:
-    """Read these files and write their bytes, one after another, to the file `task[0]`."""
-    path, items = task
-    total = 0
-    with open(path, "wb") as out:
+    with open(out_path, "wb") if out_path else contextlib.nullcontext() as out:
         for paths in ahead(items, _paths):
-            for name in paths:
-                with open(name, "rb") as fh:
-                    total += out.write(fh.read())
+            for path in paths:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+                if out is not None:
+                    out.write(data)
+                total += len(data)
     return total
 
 
-def _copy(
-    files: dict[str, list[tuple[str, ...]]], shards: dict[str, int], workers: int, out: Path
-) -> float:
-    """Seconds to copy those files' bytes into the shards, one task per shard, on `workers`
-    processes: a converter that does nothing but read and write, the most any can reach."""
-    out.mkdir()
+def _timed_pass(
+    files: dict[str, list[tuple[str, ...]]], shards: dict[str, int], workers: int, out: Path | None
+) -> tuple[float, int]:
+    """Seconds to read those files, one task per shard on `workers` processes, and the bytes
+    read: the floor; with `out`, each task also writes its bytes to a file there: the copy."""
+    if out is not None:
+        out.mkdir()
     start = time.perf_counter()
+    total = 0
     for split, count in shards.items():
         items = files[split]
-        tasks = [(str(out / f"{split}-{i}"), items[i::count]) for i in range(count)]
-        sum(map_tasks(_copy_shard, tasks, workers))
+        tasks = [
+            (str(out / f"{split}-{i}") if out else None, items[i::count]) for i in range(count)
+        ]
+        total += sum(map_tasks(_shard_pass, tasks, workers))
     elapsed = time.perf_counter() - start
-    shutil.rmtree(out)
-    return elapsed
+    if out is not None:
+        shutil.rmtree(out)
+    return elapsed, total
 
 
 def _coco_items(raw: Path) -> dict[str, list[Any]]:
@@ -149,18 +150,6 @@ def _evict(files: list[Path]) -> None:
             os.close(fd)
 
 
-def _floor(
-    files: dict[str, list[tuple[str, ...]]], shards: dict[str, int], workers: int
-) -> tuple[float, int]:
-    """Seconds to read those files, one task per shard, on `workers` processes."""
-    start = time.perf_counter()
-    total = 0
-    for split, count in shards.items():
-        items = files[split]
-        total += sum(map_tasks(_read_all, [items[i::count] for i in range(count)], workers))
-    return time.perf_counter() - start, total
-
-
 def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
     shards = {"train": args.train_shards, "val": args.val_shards}
     options = {"verify_labels": True} if args.verify_labels and dataset == "ade20k" else {}
@@ -176,7 +165,7 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
             ade20k,
             ade20k_synthesize,
             _ade20k_items,
-            functools.partial(ade20k_tfrecord.encode, verify_values=bool(options)),
+            functools.partial(ade20k_tfrecord.encode, verify_labels=bool(options)),
             ade20k_tfrecord.pair_files,
         ),
     }[dataset]
@@ -194,11 +183,11 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
         for cache in CACHES:
             if cache == "cold":
                 _evict(inputs)
-            t, input_bytes = _floor(files, shards, args.workers)
+            t, input_bytes = _timed_pass(files, shards, args.workers, None)
             best[cache]["floor_s"] = min(best[cache]["floor_s"], t)
             if cache == "cold":
                 _evict(inputs)
-            t = _copy(files, shards, args.workers, scratch / f"{dataset}-copy{i}")
+            t, _ = _timed_pass(files, shards, args.workers, scratch / f"{dataset}-copy{i}")
             best[cache]["copy_s"] = min(best[cache]["copy_s"], t)
             if cache == "cold":
                 _evict(inputs)

@@ -174,7 +174,7 @@ def prepare(
     raw, out = Path(raw), Path(out)
     shards = {"train": train_shards, "val": val_shards}
     plans = {split: pairs(raw, split) for split in SPLITS}
-    encoder = functools.partial(encode, verify_values=verify_labels)
+    encoder = functools.partial(encode, verify_labels=verify_labels)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for split in SPLITS:

@@ -17,8 +17,8 @@ problem is one DataError line naming the file(s).
 
 The annotation values (<= 150) need the PNG decoded: ~0.85 ms a label, 5x the rest of the
 conversion. ade20k_input checks them where training and evaluation decode the labels anyway;
-`verify_values` (segmenter.prepare.verify_labels, as nnU-Net's --verify_dataset_integrity)
-checks them here as well, before anything trains.
+`verify_labels` (config segmenter.prepare.verify_labels, as nnU-Net's
+--verify_dataset_integrity) checks them here as well, before anything trains.
 """
 
 from __future__ import annotations
@@ -134,9 +134,9 @@ def _label_max(data: bytes, where: str) -> int:
         raise DataError(f"{where}: unreadable PNG ({' '.join(str(err).split())})") from None
 
 
-def _check_label(data: bytes, pair: Pair, verify_values: bool) -> tuple[int, int]:
+def _check_label(data: bytes, pair: Pair, verify_labels: bool) -> tuple[int, int]:
     """(width, height) of an annotation PNG after checking its format, its chunks and, with
-    `verify_values`, its values."""
+    `verify_labels`, its values."""
     where = f"{pair.label} (annotation of {pair.image})"
     header = png_header(data)
     if header is None:
@@ -148,7 +148,7 @@ def _check_label(data: bytes, pair: Pair, verify_values: bool) -> tuple[int, int
         )
     if problem := png_problem(data):
         raise DataError(f"{where}: unreadable PNG ({problem})")
-    if verify_values and (top := _label_max(data, where)) > NUM_CLASSES:
+    if verify_labels and (top := _label_max(data, where)) > NUM_CLASSES:
         raise DataError(f"{where}: value {top} is above the {NUM_CLASSES} classes")
     return width, height
 
@@ -158,14 +158,14 @@ def pair_files(pair: Pair) -> tuple[str, str]:
     return pair.image, pair.label
 
 
-def encode(pair: Pair, verify_values: bool = False) -> bytes:
+def encode(pair: Pair, verify_labels: bool = False) -> bytes:
     """The serialized Example of one pair; DataError naming the file(s) if a check fails
-    (the annotation's values are checked with `verify_values` only)."""
+    (the annotation's values are checked with `verify_labels` only)."""
     image, label = _read(pair.image), _read(pair.label)
     size = jpeg_size(image)
     if size is None:
         raise DataError(f"{pair.image}: not a complete JPEG file (annotation {pair.label})")
-    label_size = _check_label(label, pair, verify_values)
+    label_size = _check_label(label, pair, verify_labels)
     if label_size != size:
         raise DataError(
             f"{pair.image} and {pair.label}: the JPEG is {size[0]}x{size[1]}, the annotation "
