@@ -9,8 +9,9 @@ values (segmenter.prepare.verify_labels, off by default).
 
 The floor is what no converter that keeps the file bytes can avoid: reading the same files
 (those it converts), split into the same shards and run on the same worker pool
-(`datasets.pool.map_tasks`), in the same process. `ratio_to_floor` = floor_s / prepare_s
-(1.0: the conversion costs no more than reading the bytes).
+(`datasets.pool.map_batches`, one pool for all splits), in the same process.
+`ratio_to_floor` = floor_s / prepare_s (1.0: the conversion costs no more than reading the
+bytes). The floor reads no instances JSON: prepare's parsing of it counts against prepare.
 
 `copy_ratio_to_floor` = floor_s / copy_s bounds it from above: `copy` reads the same files
 on the same pools and writes their bytes into the shard files, nothing else, so no converter
@@ -45,7 +46,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from math import inf
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,9 @@ from typing import Any
 from accelpipe.datasets import ade20k, ade20k_tfrecord, coco, coco_tfrecord
 from accelpipe.datasets.ade20k_synthetic import synthesize as ade20k_synthesize
 from accelpipe.datasets.ade20k_tfrecord import pairs
+from accelpipe.datasets.coco_instances import records
 from accelpipe.datasets.coco_synthetic import synthesize as coco_synthesize
-from accelpipe.datasets.coco_tfrecord import records
-from accelpipe.datasets.pool import map_tasks
+from accelpipe.datasets.pool import map_batches
 from accelpipe.datasets.readahead import ahead
 
 DATASETS = ("coco", "ade20k")
@@ -85,18 +86,21 @@ def _shard_pass(task: tuple[str | None, list[tuple[str, ...]]]) -> int:
 def _timed_pass(
     files: dict[str, list[tuple[str, ...]]], shards: dict[str, int], workers: int, out: Path | None
 ) -> tuple[float, int]:
-    """Seconds to read those files, one task per shard on `workers` processes, and the bytes
-    read: the floor; with `out`, each task also writes its bytes to a file there: the copy."""
+    """Seconds to read those files, one task per shard on `workers` processes (one pool for
+    all splits, as prepare's), and the bytes read: the floor; with `out`, each task also
+    writes its bytes to a file there: the copy."""
     if out is not None:
         out.mkdir()
+
+    def batches() -> Iterator[list[tuple[str | None, list[tuple[str, ...]]]]]:
+        for split, count in shards.items():
+            items = files[split]
+            yield [
+                (str(out / f"{split}-{i}") if out else None, items[i::count]) for i in range(count)
+            ]
+
     start = time.perf_counter()
-    total = 0
-    for split, count in shards.items():
-        items = files[split]
-        tasks = [
-            (str(out / f"{split}-{i}") if out else None, items[i::count]) for i in range(count)
-        ]
-        total += sum(map_tasks(_shard_pass, tasks, workers))
+    total = sum(map_batches(_shard_pass, batches(), workers))
     elapsed = time.perf_counter() - start
     if out is not None:
         shutil.rmtree(out)

@@ -102,6 +102,19 @@ def test_records_hold_the_files_bytes(raw: Path, prepared: Path, split: str) -> 
             assert (rec["image/width"], rec["image/height"]) == image.size
 
 
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The splits prepare hands to the shard writer, recorded without writing (none may
+    reach it before a pairing error)."""
+    splits: list = []
+
+    def write_splits(out_dir: Path, planned, *args, **kwargs) -> None:
+        splits.extend(planned)
+
+    monkeypatch.setattr(ade20k, "write_splits", write_splits)
+    return splits
+
+
 def test_parallel_workers_write_identical_records(
     raw: Path, prepared: Path, tmp_path: Path
 ) -> None:
@@ -110,11 +123,9 @@ def test_parallel_workers_write_identical_records(
         assert (serial / path.name).read_bytes() == path.read_bytes()
 
 
-def test_default_shard_counts(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    monkeypatch.setattr(ade20k, "write_shards", lambda *args, **_: calls.append(args[1:4:2]))
+def test_default_shard_counts(raw: Path, tmp_path: Path, written: list) -> None:
     ade20k.prepare_variant("tfrecord", raw, tmp_path / "out", {}, workers=1)
-    assert calls == [("train", 64), ("val", 8)]
+    assert [(split.prefix, split.num_shards) for split in written] == [("train", 64), ("val", 8)]
 
 
 def test_unknown_variant(raw: Path, tmp_path: Path) -> None:
@@ -168,28 +179,20 @@ def _prepare_fails(raw: Path, out: Path, workers: int = 1, verify_labels: bool =
     return str(err.value)
 
 
-@pytest.fixture
-def no_shards(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Records every write_shards call (none may happen before a pairing error)."""
-    calls: list = []
-    monkeypatch.setattr(ade20k, "write_shards", lambda *args, **_: calls.append(args))
-    return calls
-
-
-def test_image_without_annotation_names_both(copy: Path, tmp_path: Path, no_shards) -> None:
+def test_image_without_annotation_names_both(copy: Path, tmp_path: Path, written) -> None:
     jpg, png = _files(copy, "val", 3)
     png.unlink()
     message = _prepare_fails(copy, tmp_path / "out")
     assert message == f"{jpg}: image without its annotation {png}"
-    assert no_shards == []
+    assert written == []
 
 
-def test_annotation_without_image_names_both(copy: Path, tmp_path: Path, no_shards) -> None:
+def test_annotation_without_image_names_both(copy: Path, tmp_path: Path, written) -> None:
     jpg, png = _files(copy, "train", 2)
     jpg.unlink()
     message = _prepare_fails(copy, tmp_path / "out")
     assert message == f"{png}: annotation without its image {jpg}"
-    assert no_shards == []
+    assert written == []
 
 
 def test_several_images_without_annotation_are_counted(copy: Path, tmp_path: Path) -> None:

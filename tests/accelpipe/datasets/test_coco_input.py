@@ -13,8 +13,9 @@ import pytest
 from PIL import Image
 
 from accelpipe.datasets import coco, coco_input, tfrecord
+from accelpipe.datasets.coco_instances import Box, ImageRecord
 from accelpipe.datasets.coco_synthetic import synthesize
-from accelpipe.datasets.coco_tfrecord import Box, ImageRecord, encode
+from accelpipe.datasets.coco_tfrecord import encode
 from accelpipe.engines.keras2 import tf
 from accelpipe.models.ssd_boxes import NUM_BOXES, default_boxes
 

@@ -204,16 +204,20 @@ def test_missing_annotation_file_is_named(copy: Path, tmp_path: Path, split: str
 
 
 @pytest.fixture
-def no_shards(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Records every write_shards call prepare makes (none may happen before an error)."""
-    calls: list = []
-    monkeypatch.setattr(coco, "write_shards", lambda *args, **kw: calls.append(args))
-    return calls
+def planned(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The splits prepare hands to the shard writer, in order, recorded without writing."""
+    seen: list[str] = []
+
+    def write_splits(out_dir: Path, splits, *args, **kwargs) -> None:
+        seen.extend(split.prefix for split in splits)
+
+    monkeypatch.setattr(coco, "write_splits", write_splits)
+    return seen
 
 
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_unknown_category_names_file_annotation_and_image(
-    copy: Path, tmp_path: Path, split: str, no_shards: list
+    copy: Path, tmp_path: Path, split: str, planned: list[str]
 ) -> None:
     ann = _instances(copy, split)["annotations"][1]
     _edit(copy, split, lambda c: c["annotations"][1].update(category_id=7))
@@ -225,12 +229,13 @@ def test_unknown_category_names_file_annotation_and_image(
         r"\(known: \[1, 3, 18, 44, 62\]\)$",
     )
     assert str(err).startswith(str(coco.annotation_file(copy, split)))
-    assert no_shards == []  # found while reading the JSON: no shard of either split written
+    # Val is planned first; a split whose JSON is bad never reaches the writer.
+    assert planned == ([] if split == "val" else ["val"])
 
 
 @pytest.mark.parametrize("value", ["dog", None])
 def test_non_integer_category_id_is_named(
-    copy: Path, tmp_path: Path, value: object, no_shards: list
+    copy: Path, tmp_path: Path, value: object, planned: list[str]
 ) -> None:
     _edit(copy, "val", lambda c: c["annotations"][0].update(category_id=value))
     _prepare_fails(
@@ -238,7 +243,7 @@ def test_non_integer_category_id_is_named(
         tmp_path / "out",
         rf"instances_val2017\.json: annotations\[0\]\.category_id = {value!r} is not an integer",
     )
-    assert no_shards == []
+    assert planned == []
 
 
 def test_degenerate_and_slightly_outside_boxes_are_skipped(copy: Path, tmp_path: Path) -> None:
@@ -262,12 +267,6 @@ def test_degenerate_and_slightly_outside_boxes_are_skipped(copy: Path, tmp_path:
 def test_unknown_variant(raw: Path, tmp_path: Path) -> None:
     with pytest.raises(DataError, match="coco has no prepared variant 'raw'"):
         coco.prepare_variant("raw", raw, tmp_path / "out", {}, workers=1)
-
-
-def test_shard_count_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tfrecord, "_write_shard", lambda task: max(len(task.items) - 1, 0))
-    with pytest.raises(DataError, match="wrote 2 val records, expected 4"):
-        tfrecord.write_shards(tmp_path, "val", [b"a", b"b", b"c", b"d"], 2, bytes, workers=1)
 
 
 def test_jpeg_size_reads_the_frame_header(raw: Path) -> None:

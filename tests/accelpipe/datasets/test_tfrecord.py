@@ -57,6 +57,31 @@ def test_no_shard_count_is_refused(tmp_path: Path) -> None:
         tfrecord.write_shards(tmp_path, "t", RECORDS, 0, _identity)
 
 
+def _one_short(task) -> tuple[str, int]:
+    return task.prefix, max(len(task.items) - 1, 0)
+
+
+def test_a_split_short_of_records_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tfrecord, "_write_shard", _one_short)
+    splits = [tfrecord.Split("train", [], 1), tfrecord.Split("val", [b"a", b"b", b"c"], 2)]
+    with pytest.raises(DataError, match="wrote 1 val records, expected 3"):
+        tfrecord.write_splits(tmp_path, splits, _identity, workers=1)
+
+
+def test_splits_share_one_pool_and_keep_their_shards(tmp_path: Path) -> None:
+    splits = [tfrecord.Split("train", RECORDS, 3), tfrecord.Split("val", RECORDS[:2], 1)]
+    paths = tfrecord.write_splits(tmp_path, iter(splits), _identity, workers=2)
+    assert {p: [x.name for x in v] for p, v in paths.items()} == {
+        "train": [tfrecord.shard_name("train", i, 3) for i in range(3)],
+        "val": [tfrecord.shard_name("val", 0, 1)],
+    }
+    for split in splits:
+        read = [r.numpy() for p in paths[split.prefix] for r in tf.data.TFRecordDataset(str(p))]
+        assert sorted(read) == sorted(split.items)
+
+
 # Lengths and values on both sides of each varint width (1, 2, 3 bytes and the loop beyond).
 VARINT_EDGES = [0, 1, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**28, 2**63 - 1]
 

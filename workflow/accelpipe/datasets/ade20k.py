@@ -32,7 +32,7 @@ from typing import Any
 
 from accelpipe.datasets import existing_copy
 from accelpipe.datasets.download import download, safe_extract
-from accelpipe.datasets.tfrecord import write_shards
+from accelpipe.datasets.tfrecord import Split, write_splits
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.io import atomic_path, write_json
 
@@ -177,8 +177,8 @@ def prepare(
     encoder = functools.partial(encode, verify_labels=verify_labels)
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        for split in SPLITS:
-            write_shards(tmp, split, plans[split], shards[split], encoder, workers, pair_files)
+        splits = [Split(split, plans[split], shards[split]) for split in SPLITS]
+        write_splits(tmp, splits, encoder, workers, pair_files)
         counts = {split: len(plans[split]) for split in SPLITS}
         write_json(tmp / "dataset.json", _meta(counts, shards, verify_labels))
     return out

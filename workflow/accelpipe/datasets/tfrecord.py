@@ -1,9 +1,10 @@
 """Generic TFRecord writing and reading shared by the TensorFlow datasets (COCO, ADE20K).
 
-`write_shards` spreads records over `<prefix>-%05d-of-%05d.tfrecord` files the way the
-tensorflow/tpu converters do (record i goes to shard i % num_shards), writes one shard per
-task on a process pool and checks that every expected record was written. Callers write into
-a folder that `accelpipe.io.atomic_path` renames into place, so a failure leaves nothing.
+`write_splits` spreads each split's records over `<prefix>-%05d-of-%05d.tfrecord` files the
+way the tensorflow/tpu converters do (record i goes to shard i % num_shards), writes one shard
+per task on one process pool for all splits and checks that every expected record was
+written. Callers write into a folder that `accelpipe.io.atomic_path` renames into place, so a
+failure leaves nothing.
 `worker_records` is the reading side: one data-parallel worker's share of the shards.
 
 Writing needs no TensorFlow: a TFRecord is a little-endian uint64 length, the masked CRC-32C
@@ -16,14 +17,15 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import google_crc32c
 
-from accelpipe.datasets.pool import map_tasks
+from accelpipe.datasets.pool import map_batches
 from accelpipe.datasets.readahead import ahead
 from accelpipe.errors import DataError
 
@@ -129,7 +131,17 @@ def shard_name(prefix: str, index: int, count: int) -> str:
 
 
 @dataclass(frozen=True)
+class Split:
+    """One split to write: `items` spread over `num_shards` files named after `prefix`."""
+
+    prefix: str
+    items: Sequence[Any]
+    num_shards: int
+
+
+@dataclass(frozen=True)
 class _ShardTask:
+    prefix: str
     path: str
     items: Sequence[Any]
     encode: Callable[[Any], bytes]
@@ -150,15 +162,68 @@ def write_record(file: BinaryIO, record: bytes) -> None:
     file.write(_masked_crc32c(record))
 
 
-def _write_shard(task: _ShardTask) -> int:
-    """Encode and write one shard; return the number of records written."""
+def _write_shard(task: _ShardTask) -> tuple[str, int]:
+    """Encode and write one shard; return its split's prefix and the records written."""
     written = 0
     items = task.items if task.files is None else ahead(task.items, task.files)
     with open(task.path, "wb") as file:
         for item in items:
             write_record(file, task.encode(item))
             written += 1
-    return written
+    return task.prefix, written
+
+
+def write_splits(
+    out_dir: Path,
+    splits: Iterable[Split],
+    encode: Callable[[Any], bytes],
+    workers: int = 1,
+    files: Callable[[Any], Iterable[str]] | None = None,
+) -> dict[str, list[Path]]:
+    """Write `encode(item)` for every item of every split into its shards in `out_dir`; return
+    {prefix: shard paths}.
+
+    One shard per task, all splits on one process pool (datasets.pool.map_batches). `splits`
+    is iterated lazily: a generator that plans the next split (parses its index) does so while
+    the shards of the ones before are written. `encode` runs in the workers (a picklable
+    module-level callable) and may raise DataError to abort everything. `files(item)`, where
+    given (module-level too), names the files `encode` will read: they are read ahead
+    (datasets.readahead). Every shard is written, empty ones too, so the file names always say
+    how many there are. Raises DataError if a split's records written differ from its items.
+    """
+    expected: dict[str, int] = {}
+    paths: dict[str, list[Path]] = {}
+
+    def shard_tasks() -> Iterator[list[_ShardTask]]:
+        for split in splits:
+            if split.num_shards < 1:
+                raise DataError(
+                    f"{split.prefix}: the number of shards must be >= 1, got {split.num_shards}"
+                )
+            count = split.num_shards
+            tasks = [
+                _ShardTask(
+                    split.prefix,
+                    str(out_dir / shard_name(split.prefix, i, count)),
+                    split.items[i::count],
+                    encode,
+                    files,
+                )
+                for i in range(count)
+            ]
+            expected[split.prefix] = len(split.items)
+            paths[split.prefix] = [Path(t.path) for t in tasks]
+            yield tasks
+
+    written: Counter[str] = Counter()
+    for prefix, count in map_batches(_write_shard, shard_tasks(), workers):
+        written[prefix] += count
+    for prefix, count in expected.items():
+        if written[prefix] != count:
+            raise DataError(
+                f"{out_dir}: wrote {written[prefix]} {prefix} records, expected {count}"
+            )
+    return paths
 
 
 def write_shards(
@@ -170,27 +235,8 @@ def write_shards(
     workers: int = 1,
     files: Callable[[Any], Iterable[str]] | None = None,
 ) -> list[Path]:
-    """Write `encode(item)` for every item into `num_shards` shards in `out_dir`; return them.
-
-    `encode` runs in the worker processes (it must be a picklable module-level callable) and
-    may raise DataError to abort everything. `files(item)`, where given (module-level too),
-    names the files `encode` will read: they are read ahead (datasets.readahead). Every shard
-    is written, empty ones too, so the file names always say how many there are. Raises
-    DataError if fewer or more records than items were written.
-    """
-    if num_shards < 1:
-        raise DataError(f"{prefix}: the number of shards must be >= 1, got {num_shards}")
-    tasks = [
-        _ShardTask(
-            str(out_dir / shard_name(prefix, i, num_shards)), items[i::num_shards], encode, files
-        )
-        for i in range(num_shards)
-    ]
-    # Big shards first would balance better, but round-robin shards differ by one item.
-    written = sum(map_tasks(_write_shard, tasks, workers))
-    if written != len(items):
-        raise DataError(f"{out_dir}: wrote {written} {prefix} records, expected {len(items)}")
-    return [Path(t.path) for t in tasks]
+    """`write_splits` of one split: its `num_shards` shard paths."""
+    return write_splits(out_dir, [Split(prefix, items, num_shards)], encode, workers, files)[prefix]
 
 
 def count_records(paths: Iterable[Path]) -> int:
