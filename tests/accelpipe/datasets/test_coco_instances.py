@@ -4,6 +4,7 @@ here: what is kept, skipped and refused, each refusal one message naming the fil
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import math
 from pathlib import Path
@@ -173,3 +174,20 @@ def test_a_malformed_file_is_one_error_naming_it(tmp_path: Path, text: str, mess
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="annotation file not found"):
         load_instances(tmp_path / "instances_train2017.json")
+
+
+def test_the_garbage_collector_is_back_on_after_reading(tmp_path: Path) -> None:
+    """records() pauses the cyclic collector while it parses; it must come back on, after an
+    error too, and stay off where the caller had turned it off."""
+    assert gc.isenabled()
+    _records(tmp_path, _content())
+    assert gc.isenabled()
+    with pytest.raises(DataError):
+        _records(tmp_path, "[]")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        _records(tmp_path, _content())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -7,15 +7,20 @@ past the image by less than BOX_TOLERANCE_PX (rounding in the annotation); with 
 (the train split, Habana's `--ignore_images_without_bbox`) images left without boxes are
 dropped.
 
-COCO 2017's train file is ~450 MB with ~860k annotations: it is parsed with orjson (about
-twice the stdlib's speed) and each entry is checked in one pass. orjson reads an integer past
-64 bits as a float; integer fields therefore take ints in the int64 range (which the Example's
-int64 features hold) and integral floats below 2**53 (exact), and name anything else.
+COCO 2017's train file is ~450 MB with ~860k annotations and millions of polygon
+coordinates: it is parsed with orjson and each entry is checked in one pass, with the cyclic
+garbage collector paused (a JSON tree has no cycles, and collections over millions of new
+objects cost more than the parse itself). orjson reads an integer past 64 bits as a float;
+integer fields therefore take ints in the int64 range (which the Example's int64 features
+hold) and integral floats below 2**53 (exact), and name anything else.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -161,6 +166,18 @@ def _float(value: Any, where: str, ann_file: Path) -> float:
         raise DataError(f"{ann_file}: {where} = {value!r} is not a number") from None
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic collections inside: objects are still freed by reference counting."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def records(
     ann_file: Path, image_dir: Path, *, skip_empty: bool
 ) -> tuple[list[ImageRecord], SplitStats, dict[int, dict[str, Any]]]:
@@ -169,6 +186,13 @@ def records(
     Raises DataError naming the file and key for an annotation whose category or image is not
     listed, or naming the image id for a box outside its image.
     """
+    with _gc_paused():  # 3x faster on COCO's train file (benchmarks/bench_coco_instances.py)
+        return _records(ann_file, image_dir, skip_empty)
+
+
+def _records(
+    ann_file: Path, image_dir: Path, skip_empty: bool
+) -> tuple[list[ImageRecord], SplitStats, dict[int, dict[str, Any]]]:
     content = load_instances(ann_file)
     cats = categories(content, ann_file)
     names = {cat_id: str(cat["name"]) for cat_id, cat in cats.items()}

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
 
 from accelpipe.datasets.coco_instances import Box, ImageRecord
 from accelpipe.datasets.tfrecord import bytes_feature, example, float_feature, int64_feature
@@ -93,8 +92,14 @@ def encode(record: ImageRecord) -> bytes:
     return example(_features(record, data))
 
 
+_FORMAT = bytes_feature("jpeg")
+_NO_BOXES: tuple[tuple, ...] = ((),) * len(Box._fields)
+
+
 def _features(record: ImageRecord, data: bytes) -> dict[str, bytes]:
-    boxes: Sequence[Box] = record.boxes
+    # One pass over the boxes into columns (Box's field order), not one per feature.
+    columns = zip(*record.boxes, strict=True) if record.boxes else _NO_BOXES
+    xmin, xmax, ymin, ymax, label, text, is_crowd, area = columns
     return {
         "image/height": int64_feature(record.height),
         "image/width": int64_feature(record.width),
@@ -102,13 +107,13 @@ def _features(record: ImageRecord, data: bytes) -> dict[str, bytes]:
         "image/source_id": bytes_feature(str(record.image_id)),
         "image/key/sha256": bytes_feature(hashlib.sha256(data).hexdigest()),
         "image/encoded": bytes_feature(data),
-        "image/format": bytes_feature("jpeg"),
-        "image/object/bbox/xmin": float_feature([b.xmin for b in boxes]),
-        "image/object/bbox/xmax": float_feature([b.xmax for b in boxes]),
-        "image/object/bbox/ymin": float_feature([b.ymin for b in boxes]),
-        "image/object/bbox/ymax": float_feature([b.ymax for b in boxes]),
-        "image/object/class/text": bytes_feature([b.text for b in boxes]),
-        "image/object/class/label": int64_feature([b.label for b in boxes]),
-        "image/object/is_crowd": int64_feature([b.is_crowd for b in boxes]),
-        "image/object/area": float_feature([b.area for b in boxes]),
+        "image/format": _FORMAT,
+        "image/object/bbox/xmin": float_feature(xmin),
+        "image/object/bbox/xmax": float_feature(xmax),
+        "image/object/bbox/ymin": float_feature(ymin),
+        "image/object/bbox/ymax": float_feature(ymax),
+        "image/object/class/text": bytes_feature(text),
+        "image/object/class/label": int64_feature(label),
+        "image/object/is_crowd": int64_feature(is_crowd),
+        "image/object/area": float_feature(area),
     }

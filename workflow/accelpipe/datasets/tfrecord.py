@@ -94,14 +94,19 @@ def bytes_feature(values: bytes | str | Iterable[bytes | str]) -> bytes:
 
 def float_feature(values: float | Iterable[float]) -> bytes:
     """An encoded Feature holding float32 values."""
-    floats = [values] if isinstance(values, int | float) else list(values)
+    if isinstance(values, int | float):
+        floats: Sequence[float] = (values,)
+    else:
+        floats = values if isinstance(values, list | tuple) else list(values)
     packed = struct.pack(f"<{len(floats)}f", *floats)
     return _field(2, _field(1, packed) if floats else b"")  # Feature.float_list = 2, packed
 
 
 def int64_feature(values: int | Iterable[int]) -> bytes:
     """An encoded Feature holding int64 values."""
-    ints = [values] if isinstance(values, int) else [int(v) for v in values]
+    if isinstance(values, int):  # height, width: one value
+        return _field(3, _field(1, _varint(values)))
+    ints = [int(v) for v in values]
     packed = b"".join([_varint(v) for v in ints])
     return _field(3, _field(1, packed) if ints else b"")  # Feature.int64_list = 3, packed
 
