@@ -17,6 +17,7 @@ BENCHMARKS = (
     "bench_swinunetr.py",
     "bench_resnet50.py",
     "bench_tfrecord.py",
+    "bench_coco_instances.py",
     "bench_ssd_input.py",
     "bench_ssd_step.py",
     "bench_segmenter_input.py",
