@@ -29,6 +29,11 @@ read its files and to `encode` it (read, checks, hash or PNG decode, Example pie
 pools' start-up and the disk no longer count (a large dataset on a fast disk), the ratio
 tends to read_us / encode_us.
 
+`--read-mb-per-s N` throttles reads from the disk holding the scratch folder to N MB/s for this
+process and its workers (a blkio cgroup: cgroup v1 `blkio.throttle.read_bps_device` or v2
+`io.max`; needs root): a disk slower than this VM's, where a converter's compute can hide
+behind the reads. Only reads are limited; both sides are measured under the same limit.
+
 The process imports what `accelpipe prepare` imports and no more: with TensorFlow imported,
 every fork of a pool took ~10 ms longer on both sides, which flattered the ratio.
 
@@ -154,6 +159,33 @@ def _evict(files: list[Path]) -> None:
             os.close(fd)
 
 
+@contextlib.contextmanager
+def _read_limit(scratch: Path, mb_per_s: float | None) -> Iterator[None]:
+    """Reads from the disk holding `scratch` throttled to `mb_per_s` for this process and the
+    workers it starts, by a blkio cgroup made for the run and removed after it."""
+    if not mb_per_s:
+        yield
+        return
+    dev = os.stat(scratch).st_dev
+    device, rate = f"{os.major(dev)}:{os.minor(dev)}", int(mb_per_s * 1e6)
+    v1, v2 = Path("/sys/fs/cgroup/blkio"), Path("/sys/fs/cgroup")
+    if (v1 / "blkio.throttle.read_bps_device").exists():
+        root, limit_file, limit = v1, "blkio.throttle.read_bps_device", f"{device} {rate}"
+    elif "io" in (v2 / "cgroup.controllers").read_text().split():
+        root, limit_file, limit = v2, "io.max", f"{device} rbps={rate}"
+    else:
+        raise SystemExit("--read-mb-per-s: no blkio (cgroup v1) or io (cgroup v2) controller")
+    group = root / f"bench_tfrecord.{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / limit_file).write_text(limit)
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+        yield
+    finally:
+        (root / "cgroup.procs").write_text(str(os.getpid()))
+        group.rmdir()
+
+
 def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
     shards = {"train": args.train_shards, "val": args.val_shards}
     options = {"verify_labels": True} if args.verify_labels and dataset == "ade20k" else {}
@@ -216,6 +248,7 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
             "shards": shards,
             "workers": args.workers,
             **options,
+            **({"read_mb_per_s_limit": args.read_mb_per_s} if args.read_mb_per_s else {}),
             "input_mb": round(input_bytes / 1e6, 2),
         }
         | {cache: _timings(best[cache], images, input_bytes) for cache in CACHES}
@@ -250,12 +283,16 @@ def main(argv: list[str] | None = None) -> dict:
         "--verify-labels", action="store_true", help="ADE20K: decode every PNG in prepare"
     )
     ap.add_argument("--tmp", default=None, help="scratch folder on a disk, not tmpfs")
+    ap.add_argument(
+        "--read-mb-per-s", type=float, default=None, help="throttle reads from that disk (root)"
+    )
     args = ap.parse_args(argv)
 
     chosen = DATASETS if args.dataset == "all" else (args.dataset,)
     scratch = Path(tempfile.mkdtemp(prefix="bench_tfrecord.", dir=args.tmp))
     try:
-        result = {"bench": "tfrecord"} | {d: _measure(d, args, scratch) for d in chosen}
+        with _read_limit(scratch, args.read_mb_per_s):
+            result = {"bench": "tfrecord"} | {d: _measure(d, args, scratch) for d in chosen}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     json.dump(result, sys.stdout)
