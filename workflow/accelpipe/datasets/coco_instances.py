@@ -139,10 +139,10 @@ def _box(
         raise DataError(
             f"{ann_file}: {where}.bbox = {bbox!r} is not [x, y, width, height]"
         ) from None
-    if not (w > 0 and h > 0):
-        return None
+    if w <= 0 or h <= 0:
+        return None  # degenerate (a NaN size compares False here and fails the next check)
     x1, y1, width, height, tol = x + w, y + h, image.width, image.height, BOX_TOLERANCE_PX
-    # Written so that NaN or infinity compares False: such a box is an error too.
+    # Written so that NaN or infinity compares False: such a box is an error.
     if not (x >= -tol and y >= -tol and x1 <= width + tol and y1 <= height + tol):
         raise DataError(
             f"{ann_file}: image id {image.image_id}: {where} (id {ann.get('id')}) has bbox "
