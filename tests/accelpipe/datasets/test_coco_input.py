@@ -281,7 +281,7 @@ def test_train_dataset_drops_images_without_boxes(
         ImageRecord(str(tmp_path / "a.jpg"), i, "a.jpg", 20, 16, boxes)
         for i, boxes in ((1, [_box(0.1, 0.1, 0.9, 0.9, 3)]), (2, []), (3, [_box(0, 0, 1, 1, 62)]))
     ]
-    files = tfrecord.write_shards(tmp_path, "t", records, 1, encode, workers=1)
+    files = tfrecord.write_splits(tmp_path, [tfrecord.Split("t", records, 1)], encode)["t"]
     ds = coco_input.train_dataset(files, COCO_IDS, None, 1, seed=0)
     assert sorted(int(b[0]) for b in ds.take(4)) == [1, 1, 3, 3]  # two epochs, no image 2
 

@@ -175,6 +175,13 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
         load_instances(tmp_path / "instances_train2017.json")
 
 
+def test_a_folder_in_place_of_the_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "instances_train2017.json"
+    path.mkdir()
+    with pytest.raises(DataError, match=r"instances_train2017\.json: cannot read the annotation"):
+        load_instances(path)
+
+
 def test_the_garbage_collector_is_back_on_after_reading(tmp_path: Path) -> None:
     """records() pauses the cyclic collector while it parses; it must come back on, after an
     error too, and stay off where the caller had turned it off."""

@@ -19,8 +19,14 @@ def _identity(record: bytes) -> bytes:
     return record
 
 
+def _write(out: Path, prefix: str, records: list[bytes], shards: int, workers: int = 1):
+    """One split of `records` as they are, through write_splits: its shard paths."""
+    split = tfrecord.Split(prefix, records, shards)
+    return tfrecord.write_splits(out, [split], _identity, workers)[prefix]
+
+
 def test_shards_are_byte_identical_to_tensorflows_writer(tmp_path: Path) -> None:
-    ours = tfrecord.write_shards(tmp_path, "t", RECORDS, 2, _identity, workers=2)
+    ours = _write(tmp_path, "t", RECORDS, 2, workers=2)
     for index, path in enumerate(ours):
         reference = tmp_path / f"tf{index}.tfrecord"
         with tf.io.TFRecordWriter(str(reference)) as writer:
@@ -30,14 +36,14 @@ def test_shards_are_byte_identical_to_tensorflows_writer(tmp_path: Path) -> None
 
 
 def test_tensorflow_reads_every_record_back(tmp_path: Path) -> None:
-    paths = tfrecord.write_shards(tmp_path, "t", RECORDS, 3, _identity)
+    paths = _write(tmp_path, "t", RECORDS, 3)
     assert [p.name for p in paths] == [tfrecord.shard_name("t", i, 3) for i in range(3)]
     read = [r.numpy() for p in paths for r in tf.data.TFRecordDataset(str(p))]
     assert sorted(read) == sorted(RECORDS)
 
 
 def test_a_flipped_byte_fails_tensorflows_checksum(tmp_path: Path) -> None:
-    (path,) = tfrecord.write_shards(tmp_path, "t", [b"payload" * 10], 1, _identity)
+    (path,) = _write(tmp_path, "t", [b"payload" * 10], 1)
     data = bytearray(path.read_bytes())
     data[20] ^= 0xFF  # inside the record
     path.write_bytes(bytes(data))
@@ -47,14 +53,14 @@ def test_a_flipped_byte_fails_tensorflows_checksum(tmp_path: Path) -> None:
 
 
 def test_every_shard_is_written_empty_ones_too(tmp_path: Path) -> None:
-    paths = tfrecord.write_shards(tmp_path, "x", [b"a", b"b"], 3, _identity, workers=1)
+    paths = _write(tmp_path, "x", [b"a", b"b"], 3)
     assert [p.name for p in paths] == [f"x-0000{i}-of-00003.tfrecord" for i in range(3)]
     assert [tfrecord.count_records([p]) for p in paths] == [1, 1, 0]
 
 
 def test_no_shard_count_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="number of shards"):
-        tfrecord.write_shards(tmp_path, "t", RECORDS, 0, _identity)
+        _write(tmp_path, "t", RECORDS, 0)
 
 
 def _one_short(task) -> tuple[str, int]:
@@ -110,7 +116,7 @@ def test_example_with_a_value_of_each_varint_width_parses_in_tensorflow(length: 
 
 def test_records_shard_whole_files_when_there_are_enough(tmp_path: Path) -> None:
     items = [f"r{i}".encode() for i in range(7)]
-    files = tfrecord.write_shards(tmp_path, "x", items, 2, _identity, workers=1)
+    files = _write(tmp_path, "x", items, 2, workers=1)
     seen = [
         [r.numpy() for r in tfrecord.worker_records(files, 2, index, seed=3)] for index in range(2)
     ]
@@ -122,7 +128,7 @@ def test_records_shard_records_when_files_are_fewer_than_workers(
     tmp_path: Path, num_files: int, num_workers: int
 ) -> None:
     items = [f"r{i}".encode() for i in range(11)]
-    files = tfrecord.write_shards(tmp_path, "x", items, num_files, _identity, workers=1)
+    files = _write(tmp_path, "x", items, num_files, workers=1)
     seen = [
         [r.numpy() for r in tfrecord.worker_records(files, num_workers, index, seed=5)]
         for index in range(num_workers)

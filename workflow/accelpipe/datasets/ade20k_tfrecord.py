@@ -11,7 +11,7 @@ Features (FEATURES, also written into dataset.json):
     label/format     b"png"
 
 `pairs` is the plan (every image with its annotation, sorted by name); `encode` runs in the
-`tfrecord.write_shards` workers and checks each pair without decoding it: a complete JPEG, an
+`tfrecord.write_splits` workers and checks each pair without decoding it: a complete JPEG, an
 8-bit single-channel PNG of the same size whose chunks are whole and pass their CRCs. Every
 problem is one DataError line naming the file(s).
 
@@ -154,7 +154,7 @@ def _check_label(data: bytes, pair: Pair, verify_labels: bool) -> tuple[int, int
 
 
 def pair_files(pair: Pair) -> tuple[str, str]:
-    """The files `encode` reads for this pair (read ahead by tfrecord.write_shards)."""
+    """The files `encode` reads for this pair (read ahead by tfrecord.write_splits)."""
     return pair.image, pair.label
 
 

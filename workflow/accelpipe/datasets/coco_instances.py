@@ -85,13 +85,30 @@ def _int(entry: dict[str, Any], key: str, where: str, ann_file: Path) -> int:
     raise DataError(f"{ann_file}: {where}.{key} = {value!r} is not an integer (int64)")
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic collections inside: objects are still freed by reference counting."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_instances(ann_file: Path) -> dict[str, Any]:
     """The instances JSON, with 'images', 'annotations' and 'categories' checked to be lists
     of objects."""
     try:
-        content = orjson.loads(ann_file.read_bytes())
+        data = ann_file.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{ann_file}: annotation file not found") from None
+    except OSError as err:  # a folder in its place, no permission
+        raise DataError(f"{ann_file}: cannot read the annotation file ({err.strerror})") from None
+    try:
+        with _gc_paused():  # here too for check_raw, which only counts the images
+            content = orjson.loads(data)
     except orjson.JSONDecodeError as err:
         raise DataError(f"{ann_file}: not valid JSON ({err})") from None
     for key in ("images", "annotations", "categories"):
@@ -164,18 +181,6 @@ def _float(value: Any, where: str, ann_file: Path) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise DataError(f"{ann_file}: {where} = {value!r} is not a number") from None
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic collections inside: objects are still freed by reference counting."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def records(

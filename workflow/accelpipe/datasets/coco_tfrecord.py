@@ -70,7 +70,7 @@ def jpeg_size(data: bytes) -> tuple[int, int] | None:
 
 
 def image_files(record: ImageRecord) -> tuple[str]:
-    """The files `encode` reads for this record (read ahead by tfrecord.write_shards)."""
+    """The files `encode` reads for this record (read ahead by tfrecord.write_splits)."""
     return (record.path,)
 
 

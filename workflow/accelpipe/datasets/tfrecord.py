@@ -231,19 +231,6 @@ def write_splits(
     return paths
 
 
-def write_shards(
-    out_dir: Path,
-    prefix: str,
-    items: Sequence[Any],
-    num_shards: int,
-    encode: Callable[[Any], bytes],
-    workers: int = 1,
-    files: Callable[[Any], Iterable[str]] | None = None,
-) -> list[Path]:
-    """`write_splits` of one split: its `num_shards` shard paths."""
-    return write_splits(out_dir, [Split(prefix, items, num_shards)], encode, workers, files)[prefix]
-
-
 def count_records(paths: Iterable[Path]) -> int:
     """Records in TFRecord files (reads them through)."""
     tf = _tf()
