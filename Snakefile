@@ -23,7 +23,7 @@ include: "rules/trace.smk"
 include: "rules/publish.smk"
 include: "rules/benchmark.smk"
 include: "rules/compare.smk"
-include: "rules/images.smk"
+include: "rules/runtime.smk"
 
 
 rule all:

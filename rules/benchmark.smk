@@ -1,8 +1,7 @@
 rule benchmark_row:
     input:
-        image=image_input,
+        runtime=runtime_file,
         data=prepared_dir,
-        code=code_for("train"),
     output:
         directory("work/{workload}/benchmark/{row}"),
     log:
@@ -20,20 +19,19 @@ rule benchmark_row:
         mem_mb=8000,
         runtime=600,
     params:
-        runtime=runtime_config,
+        code=code_for("train"),
         cfg=benchmark_row_config,
         run=benchmark_run,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel}"
+        "accelpipe --log {log} --runtime {input.runtime} --accel {resources.accel}"
         " train --workload {wildcards.workload} --run {params.run} --prepared {input.data} --config-json {params.cfg:q}"
         " --out {output} --threads {threads}"
 
 
 rule benchmark:
     input:
-        image=image_input,
+        runtime=runtime_file,
         rows=benchmark_rows,
-        code=code_for("benchmark"),
     output:
         report(
             directory("results/{workload}/benchmark"),
@@ -49,8 +47,8 @@ rule benchmark:
     container:
         container_image
     params:
-        runtime=runtime_config,
+        code=code_for("benchmark"),
         cfg=benchmark_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} benchmark --workload {wildcards.workload} --rows {input.rows}"
+        "accelpipe --log {log} --runtime {input.runtime} benchmark --workload {wildcards.workload} --rows {input.rows}"
         " --config-json {params.cfg:q} --out {output}"

@@ -11,7 +11,7 @@ PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
 from accelpipe import containers, provenance, registry, stage_config, targets
-from accelpipe.codegraph import stage_code
+from accelpipe.codegraph import code_key, stage_code
 from accelpipe.compare.runs import finished_runs, run_files
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
@@ -46,9 +46,6 @@ IMAGES = (
     if RUNTIME in ("docker", "apptainer")
     else {}
 )
-IMAGE_MARKERS = {
-    f: f"work/images/{containers.image_slug(ref)}.json" for f, ref in IMAGES.items()
-}
 
 
 # The rules run `accelpipe` from PATH. Put the directory of the Python running Snakemake
@@ -69,6 +66,7 @@ os.environ["PATH"] = os.pathsep.join(
 wildcard_constraints:
     workload="[a-z0-9]+",
     dataset="[a-z0-9]+",
+    framework="|".join(registry.FRAMEWORKS),
     variant="[a-z0-9]+",
     run="(?!(cv|grid|benchmark|compare)$)[A-Za-z0-9_-]+",
     row="(auto|bf16|fp16|fp32)-b[1-9][0-9]*",
@@ -99,37 +97,38 @@ def container_image(wildcards):
     return f"docker://{IMAGES[framework(wildcards)]}"
 
 
-def runtime_config(wildcards):
-    """How `accelpipe` runs a stage: here, or in its framework's image (runtime docker)."""
+def runtime_file(wildcards):
+    """Where the job's stage runs (local, or docker with its image): the file the
+    `stage_runtime` rule writes for the job's framework, passed to `accelpipe --runtime`.
+    """
+    return f"work/runtime/{framework(wildcards)}.json"
+
+
+def data_runtime_file(wildcards):
+    """The data stages read where they run but their outputs do not depend on it: ancient,
+    so a new backend, runtime or image never re-makes the data (hours on ImageNet or COCO).
+    """
+    return ancient(runtime_file(wildcards))
+
+
+def stage_runtime_config(wildcards):
+    """stage_runtime's params: the runtime settings for one framework (a change re-writes
+    the runtime file, which re-runs the stages keyed on it: not the data stages)."""
     runtime = {
         "runtime": "docker" if RUNTIME == "docker" else "local",
         "backend": config["backend"],
         "pool": config["accelerators"]["pool"],
     }
     if RUNTIME == "docker":
+        c = config["containers"]
         runtime |= {
-            "image": IMAGES[framework(wildcards)],
+            "image": IMAGES[wildcards.framework],
             "mounts": host_paths(),
-            "env": config["containers"]["env"],
-            "docker_host": config["containers"]["docker_host"],
+            "env": c["env"],
+            "docker_host": c["docker_host"],
+            "build": {"base_image": c["base_image"], "offline": c["offline"]},
         }
     return as_json(runtime)
-
-
-def image_input(wildcards):
-    """runtime docker: a stage waits for its framework's image to be built (once)."""
-    return [IMAGE_MARKERS[framework(wildcards)]] if RUNTIME == "docker" else []
-
-
-def image_framework(wildcards):
-    """build_image: the framework of the image named by the marker's wildcard."""
-    slugs = {containers.image_slug(ref): f for f, ref in IMAGES.items()}
-    if wildcards.image not in slugs:
-        raise WorkflowError(
-            f"invalid target: no image {wildcards.image!r} for backend "
-            f"{config['backend']!r} (have: {', '.join(slugs) or 'none: runtime is local'})"
-        )
-    return slugs[wildcards.image]
 
 
 def checked(check, *args):
@@ -184,36 +183,25 @@ def evaluate_accelerators(wildcards):
     return 0 if config["backend"] == "cpu" else 1
 
 
-def image_build_options(wildcards):
-    c = config["containers"]
-    options = [f"--registry {c['registry']}"]
-    if c["base_image"]:
-        options.append(f"--base-image {c['base_image']}")
-    if c["offline"]:
-        options.append("--offline")
-    if c["docker_host"]:
-        options.append(f"--docker-host {c['docker_host']}")
-    return " ".join(options)
-
-
 def as_json(value):
     """Config slices travel to the CLI as canonical JSON (also Snakemake's params trigger)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def code_for(stage):
-    """Input function: the package files a stage executes (its import graph), so editing
-    one re-runs the stages that import it and no others."""
+    """Params function: the key of the package code a stage executes (its import graph, each
+    module's AST without docstrings), so editing what a module runs re-runs the stages that
+    import it and no others, and a comment or docstring re-runs nothing."""
 
-    def modules(wildcards):
+    def key(wildcards):
         plugin = wildcards.get("dataset") or wildcards.get("workload")
         if "dataset" in wildcards.keys():
             checked(targets.check_dataset, plugin)
         elif "workload" in wildcards.keys():
             workload_data(wildcards)
-        return [str(p) for p in stage_code(entry_modules(stage, plugin))]
+        return code_key(stage_code(entry_modules(stage, plugin)))
 
-    return modules
+    return key
 
 
 def raw_config(wildcards):

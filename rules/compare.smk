@@ -7,7 +7,6 @@
 rule compare:
     input:
         runs=compare_inputs,
-        code=code_for("compare"),
     output:
         report(
             directory("results/compare"),
@@ -21,6 +20,7 @@ rule compare:
     conda:
         "../envs/cpu.yaml"
     params:
+        code=code_for("compare"),
         runs=compare_runs,
         cfg=compare_config,
     shell:

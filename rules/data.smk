@@ -1,7 +1,6 @@
 rule raw_dataset:
     input:
-        image=image_input,
-        code=code_for("raw"),
+        runtime=data_runtime_file,
     output:
         directory(f"{DATA}/raw/{{dataset}}"),
     log:
@@ -12,19 +11,18 @@ rule raw_dataset:
     container:
         container_image
     params:
-        runtime=runtime_config,
+        code=code_for("raw"),
         cfg=raw_config,
         downloads=f"{DATA}/downloads/{{dataset}}",
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
+        "accelpipe --log {log} --runtime {input.runtime} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
         " --out {output} --downloads {params.downloads}"
 
 
 rule prepare_dataset:
     input:
-        image=image_input,
+        runtime=data_runtime_file,
         raw=f"{DATA}/raw/{{dataset}}",
-        code=code_for("prepare"),
     output:
         directory(f"{DATA}/prepared/{{dataset}}/{{variant}}"),
     log:
@@ -36,9 +34,9 @@ rule prepare_dataset:
         container_image
     threads: 4
     params:
-        runtime=runtime_config,
+        code=code_for("prepare"),
         cfg=prepare_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
+        "accelpipe --log {log} --runtime {input.runtime} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
         " --raw {input.raw} --config-json {params.cfg:q} --out {output}"
         " --workers {threads}"

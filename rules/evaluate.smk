@@ -1,9 +1,8 @@
 rule evaluate:
     input:
-        image=image_input,
+        runtime=runtime_file,
         data=prepared_dir,
         model="work/{workload}/{run}/train",
-        code=code_for("evaluate"),
     output:
         directory("work/{workload}/{run}/eval"),
     log:
@@ -17,9 +16,9 @@ rule evaluate:
         accel=evaluate_accelerators,
         gpu=evaluate_gpus,
     params:
-        runtime=runtime_config,
+        code=code_for("evaluate"),
         cfg=evaluate_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel} evaluate --workload {wildcards.workload}"
+        "accelpipe --log {log} --runtime {input.runtime} --accel {resources.accel} evaluate --workload {wildcards.workload}"
         " --run {wildcards.run} --prepared {input.data} --model {input.model}"
         " --config-json {params.cfg:q} --out {output} --threads {threads}"

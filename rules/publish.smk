@@ -1,12 +1,11 @@
 rule publish_run:
     input:
-        image=image_input,
+        runtime=runtime_file,
         raw=raw_dir,
         data=prepared_dir,
         model="work/{workload}/{run}/train",
         eval="work/{workload}/{run}/eval",
         trace="work/{workload}/{run}/trace",
-        code=code_for("publish"),
     output:
         report(
             directory("results/{workload}/{run}"),
@@ -22,19 +21,18 @@ rule publish_run:
     container:
         container_image
     params:
-        runtime=runtime_config,
+        code=code_for("publish"),
         cfg=publish_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} publish --workload {wildcards.workload} --raw {input.raw} --prepared {input.data} --model {input.model}"
+        "accelpipe --log {log} --runtime {input.runtime} publish --workload {wildcards.workload} --raw {input.raw} --prepared {input.data} --model {input.model}"
         " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
         " --out {output}"
 
 
 rule cross_validation:
     input:
-        image=image_input,
+        runtime=runtime_file,
         runs=fold_results,
-        code=code_for("aggregate"),
     output:
         report(
             directory("results/{workload}/cv"),
@@ -50,16 +48,15 @@ rule cross_validation:
     container:
         container_image
     params:
-        runtime=runtime_config,
+        code=code_for("aggregate"),
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} aggregate --runs {input.runs} --out {output}"
+        "accelpipe --log {log} --runtime {input.runtime} aggregate --runs {input.runs} --out {output}"
 
 
 rule grid:
     input:
-        image=image_input,
+        runtime=runtime_file,
         runs=grid_results,
-        code=code_for("grid"),
     output:
         report(
             directory("results/{workload}/grid"),
@@ -75,8 +72,8 @@ rule grid:
     container:
         container_image
     params:
-        runtime=runtime_config,
+        code=code_for("grid"),
         cfg=grid_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} grid --workload {wildcards.workload} --runs {input.runs}"
+        "accelpipe --log {log} --runtime {input.runtime} grid --workload {wildcards.workload} --runs {input.runs}"
         " --config-json {params.cfg:q} --out {output}"

@@ -1,8 +1,7 @@
 rule summarize_trace:
     input:
-        image=image_input,
+        runtime=runtime_file,
         train="work/{workload}/{run}/train",
-        code=code_for("summarize-trace"),
     output:
         directory("work/{workload}/{run}/trace"),
     log:
@@ -12,6 +11,6 @@ rule summarize_trace:
     container:
         container_image
     params:
-        runtime=runtime_config,
+        code=code_for("summarize-trace"),
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} summarize-trace --traces {input.train}/traces --out {output}"
+        "accelpipe --log {log} --runtime {input.runtime} summarize-trace --traces {input.train}/traces --out {output}"

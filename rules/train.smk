@@ -1,8 +1,7 @@
 rule train:
     input:
-        image=image_input,
+        runtime=runtime_file,
         data=prepared_dir,
-        code=code_for("train"),
     output:
         directory("work/{workload}/{run}/train"),
     log:
@@ -20,9 +19,9 @@ rule train:
         mem_mb=8000,
         runtime=600,
     params:
-        runtime=runtime_config,
+        code=code_for("train"),
         cfg=train_config,
     shell:
-        "accelpipe --log {log} --runtime {params.runtime:q} --accel {resources.accel}"
+        "accelpipe --log {log} --runtime {input.runtime} --accel {resources.accel}"
         " train --workload {wildcards.workload} --run {wildcards.run} --prepared {input.data} --config-json {params.cfg:q}"
         " --out {output} --threads {threads}"

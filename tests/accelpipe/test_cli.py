@@ -84,8 +84,9 @@ def test_accel_leases_devices_sets_visibility_and_releases(
             pass  # "7" is held by this stage's lease: only "9" is free
 
     monkeypatch.setattr("accelpipe.stages.data.run_raw", fake_stage)
-    runtime = json.dumps({"runtime": "local", "backend": "cuda", "pool": ["7", "9"]})
-    code = main(["--runtime", runtime, "--accel", "1", *_raw(tmp_path, "{}", out="r")])
+    runtime = tmp_path / "runtime.json"
+    runtime.write_text(json.dumps({"runtime": "local", "backend": "cuda", "pool": ["7", "9"]}))
+    code = main(["--runtime", str(runtime), "--accel", "1", *_raw(tmp_path, "{}", out="r")])
     assert code == 0
     assert seen["visible"] == "7"
     with leases.lease(2, ["7", "9"], tmp_path / "locks", on_wait=_no_wait) as devices:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.codegraph import PACKAGE_DIR, module_file, stage_code
+from accelpipe.codegraph import PACKAGE_DIR, code_key, module_file, stage_code
 from accelpipe.stages import MODULES, entry_modules
 
 
@@ -159,3 +159,58 @@ def test_every_stage_has_a_module_with_its_handler() -> None:
         assert module_file(module) is not None, stage
         text = module_file(module).read_text()
         assert f"def run_{stage.replace('-', '_')}(" in text
+
+
+_MODULE = '''"""A module."""
+
+RATE = 0.5
+
+
+class Model:
+    """A model."""
+
+    def step(self, x):
+        """One step."""
+        return x * RATE  # scaled
+'''
+
+# edits that change nothing a stage executes
+_SAME = {
+    "comment": _MODULE.replace("# scaled", "# scaled by the rate"),
+    "new comment line": _MODULE + "# trailing\n",
+    "module docstring": _MODULE.replace("A module.", "What this module is for."),
+    "method docstring": _MODULE.replace("One step.", "One training step, documented."),
+    "blank lines and spacing": _MODULE.replace("return x * RATE", "\n        return  x*RATE"),
+}
+# edits that do
+_CHANGED = {
+    "constant": _MODULE.replace("0.5", "0.25"),
+    "statement": _MODULE + "RATE2 = 1\n",
+    "string that is no docstring": _MODULE.replace("return x * RATE", 'return x * RATE, "a"'),
+    "name": _MODULE.replace("def step", "def forward"),
+}
+
+
+def _key_of(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "accelpipe" / "mod.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return code_key([path], tmp_path / "accelpipe")
+
+
+@pytest.mark.parametrize("edit", sorted(_SAME))
+def test_comment_docstring_and_layout_edits_keep_the_code_key(tmp_path: Path, edit: str) -> None:
+    assert _key_of(tmp_path, _SAME[edit]) == _key_of(tmp_path, _MODULE)
+
+
+@pytest.mark.parametrize("edit", sorted(_CHANGED))
+def test_an_edit_to_what_runs_changes_the_code_key(tmp_path: Path, edit: str) -> None:
+    assert _key_of(tmp_path, _CHANGED[edit]) != _key_of(tmp_path, _MODULE)
+
+
+def test_code_key_is_short_and_counts_its_modules() -> None:
+    files = stage_code(entry_modules("train", "unet2d"))
+    key = code_key(files)
+    assert key.startswith(f"{len(files)} modules, ast-sha256 ") and len(key) < 60
+    assert code_key(files) == key  # the same files, the same key
+    assert code_key(files[1:]) != key  # a module fewer is another key

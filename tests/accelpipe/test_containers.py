@@ -34,7 +34,9 @@ def test_tag_is_stable_and_follows_sources(repo_copy: Path) -> None:
     assert containers.image_tag(spec, repo_copy) == tag  # bytecode is not a source
 
     model = repo_copy / "workflow/accelpipe/models/dynunet2d.py"
-    model.write_text(model.read_text() + "\n# edited\n")
+    model.write_text(model.read_text() + "\n# a comment is not what runs\n")
+    assert containers.image_tag(spec, repo_copy) == tag
+    model.write_text(model.read_text() + "\nEDITED = 1\n")
     edited = containers.image_tag(spec, repo_copy)
     assert edited != tag
     dockerfile = repo_copy / spec.dockerfile
@@ -47,15 +49,21 @@ def test_a_tag_hashes_only_what_goes_into_its_image(repo_copy: Path) -> None:
     torch_spec = containers.spec_for("cpu", "pytorch", repo=repo_copy)
     tf_spec = containers.spec_for("cpu", "tensorflow", repo=repo_copy)
     before = containers.image_tag(torch_spec, repo_copy), containers.image_tag(tf_spec, repo_copy)
-    for name in ("workflow/accelpipe/models/dynunet2d.py", "requirements/torch.txt"):
+    for name, edit in (
+        ("workflow/accelpipe/models/dynunet2d.py", "EDITED = 1"),
+        ("requirements/torch.txt", "# edited"),
+    ):
         path = repo_copy / name
-        path.write_text(path.read_text() + "\n# edited\n")
+        path.write_text(path.read_text() + f"\n{edit}\n")
     assert containers.image_tag(torch_spec, repo_copy) != before[0]
     assert containers.image_tag(tf_spec, repo_copy) == before[1]
     # code every image runs (the trace summarizer's stage) and a shared pin change both
-    for name in ("workflow/accelpipe/stages/trace.py", "requirements/core.txt"):
+    for name, edit in (
+        ("workflow/accelpipe/stages/trace.py", "EDITED = 1"),
+        ("requirements/core.txt", "# edited"),
+    ):
         path = repo_copy / name
-        path.write_text(path.read_text() + "\n# edited\n")
+        path.write_text(path.read_text() + f"\n{edit}\n")
         assert containers.image_tag(tf_spec, repo_copy) != before[1]
 
 
@@ -134,7 +142,7 @@ def test_stage_argv_drops_the_global_options() -> None:
         "--log",
         "logs/train.log",
         "--runtime",
-        '{"runtime":"docker"}',
+        "work/runtime/pytorch.json",
         "--accel",
         "1",
         "train",

@@ -129,6 +129,25 @@ TRACE_AND_AFTER = {"summarize_trace", "publish_run"}
 DATA_AND_AFTER = {"raw_dataset", "prepare_dataset", *DOWNSTREAM_OF_TRAIN}
 
 
+def _edited(project: Project, module: str) -> Path:
+    package = project.root / "workflow/accelpipe"
+    path = package / module
+    path = path if path.is_file() else package / module / "__init__.py"
+    return path if path.exists() else package / f"{module}.py"
+
+
+def _planned_with(project: Project, module: str, edit) -> dict[str, int]:
+    """The jobs a dry run plans with `module`'s text edited; the module is put back after."""
+    path = _edited(project, module)
+    original, stat = path.read_text(), path.stat()
+    try:
+        path.write_text(edit(original))
+        return project.planned_jobs("results/unet2d/fold0")
+    finally:
+        path.write_text(original)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 @pytest.mark.parametrize(
     ("module", "reruns"),
     [
@@ -145,19 +164,58 @@ DATA_AND_AFTER = {"raw_dataset", "prepare_dataset", *DOWNSTREAM_OF_TRAIN}
 def test_edited_module_reruns_exactly_the_stages_that_import_it(
     project: Project, module: str, reruns: set[str]
 ) -> None:
-    package = project.root / "workflow/accelpipe"
-    path = package / module
-    path = path if path.is_file() else package / module / "__init__.py"
-    if not path.exists():
-        path = package / f"{module}.py"
-    original, stat = path.read_text(), path.stat()
-    try:
-        path.write_text(original + "\n# an edit\n")
-        assert set(project.planned_jobs("results/unet2d/fold0")) == reruns
-    finally:
-        path.write_text(original)
-        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    statement = "\n_ACCELPIPE_TEST_EDIT = 1\n"
+    assert set(_planned_with(project, module, lambda text: text + statement)) == reruns
     assert project.planned_jobs("results/unet2d/fold0") == {}
+
+
+def _with_docstring_edit(text: str) -> str:
+    start = text.index('"""') + 3
+    return text[:start] + "Reworded. " + text[start:]
+
+
+@pytest.mark.parametrize("module", ["datasets/msd.py", "models/dynunet2d.py", "datasets/tcia.py"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda text: text + "\n# a comment\n",
+        lambda text: text.replace("\n\n\n", "\n\n\n# a comment between definitions\n", 1),
+        _with_docstring_edit,
+    ],
+    ids=["trailing comment", "comment line", "docstring"],
+)
+def test_a_comment_or_docstring_reruns_nothing(project: Project, module: str, edit) -> None:
+    assert edit(_edited(project, module).read_text()) != _edited(project, module).read_text()
+    assert _planned_with(project, module, edit) == {}
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        ("backend=cuda",),
+        ("backend=rocm",),
+        ("runtime=docker",),
+        ('accelerators={"pool": ["0", "1"]}',),
+        ("runtime=docker", "backend=gaudi"),
+    ],
+    ids=" ".join,
+)
+def test_where_stages_run_is_not_the_data_stages_key(
+    project: Project, override: tuple[str, ...]
+) -> None:
+    jobs = project.planned_jobs("results/unet2d/fold0", "--config", *override)
+    assert jobs, "the runtime change plans nothing at all"
+    assert not {"raw_dataset", "prepare_dataset"} & set(jobs), jobs
+    assert project.planned_jobs("results/unet2d/fold0") == {}
+
+
+def test_a_job_printout_is_readable(project: Project) -> None:
+    """No list of package paths in a job's printout: its code is one short key."""
+    proc = project.snakemake("--dry-run", "--forceall", "results/unet2d/cv")
+    out = proc.stdout + proc.stderr
+    assert "workflow/accelpipe" not in out
+    inputs = [line for line in out.splitlines() if line.strip().startswith("input:")]
+    assert inputs and max(len(line) for line in inputs) < 200
 
 
 def test_report_shows_metrics_and_trace_plot(project: Project) -> None:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accelpipe import containers, leases, stages
-from accelpipe.config import load_slice
 from accelpipe.errors import AccelpipeError
+from accelpipe.runtime import read_runtime
 
 Handler = Callable[[argparse.Namespace], None]
 
@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log", help="log file (the rule's log); errors also go to stderr")
     parser.add_argument(
         "--runtime",
-        default='{"runtime":"local"}',
-        help="JSON: where the stage runs (local, or docker with its image); set by the rules",
+        default=None,
+        help="where the stage runs: a file the stage_runtime rule writes (work/runtime/"
+        "<framework>.json: local, or docker with its image); absent: here",
     )
     parser.add_argument("--accel", type=int, default=0, help="accelerators to lease for the stage")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="<stage>")
@@ -141,7 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--offline", action="store_true", help="pip --no-index: docker/wheelhouse only"
     )
     images.add_argument("--docker-host", default=None, help="Engine API URL (default DOCKER_HOST)")
-    images.add_argument("--out", default=None, help="marker file written after a successful build")
+    _add(
+        sub,
+        "runtime",
+        "write where a framework's stages run (building its image for runtime docker)",
+        ("--framework", "pytorch or tensorflow"),
+        cfg,
+        ("--out", "runtime file, read by the stages' --runtime"),
+    )
     return parser
 
 
@@ -186,7 +194,7 @@ def stage_argv(argv: list[str]) -> list[str]:
 
 def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     """Lease accelerators, then run the stage here or in its container."""
-    runtime = load_slice(args.runtime)
+    runtime = read_runtime(args.runtime)
     backend = runtime.get("backend", "cpu")
     # Inside a Slurm job the scheduler already allocated the devices (gres/gpus) and set
     # the visibility variables: leasing again from a node-wide pool would fight it.

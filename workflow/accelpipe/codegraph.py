@@ -1,7 +1,8 @@
 """The package modules a stage executes, read from the package's own import graph.
 
-The rules give each stage these files as inputs, so editing a module re-runs exactly the
-stages that import it. The graph is read statically (no module is imported): every
+The rules key each stage on these files' code (`code_key`: their ASTs without docstrings,
+so a comment or a docstring changes nothing), so editing what a module executes re-runs
+exactly the stages that import it. The graph is read statically (no module is imported): every
 `import` and `from ... import` anywhere in a module counts, inside functions too (lazy
 imports run when the stage needs them), except those under `if TYPE_CHECKING:`, which
 never run. A package's `__init__.py` counts wherever one of its modules is imported,
@@ -11,8 +12,9 @@ since Python runs it first.
 from __future__ import annotations
 
 import ast
+import hashlib
 from collections.abc import Iterable, Iterator
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 PACKAGE = "accelpipe"
@@ -115,3 +117,43 @@ def stage_code(entries: Iterable[str], package_dir: Path = PACKAGE_DIR) -> list[
             seen.add(file)
             todo.extend(_direct_imports(file, package_dir))
     return sorted(seen)
+
+
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    """`tree` with the docstring of the module and of every class and function dropped."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        first = node.body[0] if node.body else None
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
+            node.body = node.body[1:]
+    return tree
+
+
+@lru_cache(maxsize=4096)
+def _executed_digest(path: Path, mtime_ns: int, size: int) -> str:
+    """sha256 of what `path` executes: its AST without docstrings, positions left out (the
+    stat values only key the cache, so an edited file is read again)."""
+    tree = _without_docstrings(ast.parse(path.read_bytes(), filename=str(path)))
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+
+
+def executed_digest(path: Path) -> str:
+    stat = path.stat()
+    return _executed_digest(path, stat.st_mtime_ns, stat.st_size)
+
+
+def code_key(files: Iterable[Path], package_dir: Path = PACKAGE_DIR) -> str:
+    """One short key over what `files` execute, with how many they are: the rules' params
+    (Snakemake's rerun trigger), short enough to read in a job's printout."""
+    digest = hashlib.sha256()
+    count = 0
+    for path in sorted(files):
+        rel = path.resolve().relative_to(package_dir.resolve())
+        digest.update(f"{rel}\0{executed_digest(path)}\0".encode())
+        count += 1
+    return f"{count} modules, ast-sha256 {digest.hexdigest()[:16]}"

@@ -3,8 +3,9 @@
 The Engine API is spoken by Docker and by Podman (`podman system service`), so the same
 code drives both; DOCKER_HOST (or `containers.docker_host`) picks the socket. Images are
 tagged by a hash of their Dockerfile, their requirement files and the package code that
-runs in them, so a changed module gives a new tag to the images whose stages import it
-(which Snakemake sees as a changed software environment), and to no other.
+runs in them (its AST, as the stages' code keys: a comment changes no tag), so a changed
+module gives a new tag to the images whose stages import it (which Snakemake sees as a
+changed software environment), and to no other.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, TextIO
 import yaml
 
 from accelpipe import REPO, registry
-from accelpipe.codegraph import stage_code
+from accelpipe.codegraph import executed_digest, stage_code
 from accelpipe.errors import AccelpipeError, ConfigError
 from accelpipe.stages import entry_modules
 
@@ -119,10 +120,12 @@ def _hashed_files(spec: ImageSpec, repo: Path) -> Iterator[Path]:
 
 
 def image_tag(spec: ImageSpec, repo: Path = REPO) -> str:
-    """Content hash of everything the image is built from (paths and bytes)."""
+    """Content hash of everything the image is built from: paths, and the bytes of each
+    file or, for Python modules, what they execute."""
     digest = hashlib.sha256()
     for path in _hashed_files(spec, repo):
-        digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes() + b"\0")
+        content = executed_digest(path).encode() if path.suffix == ".py" else path.read_bytes()
+        digest.update(str(path.relative_to(repo)).encode() + b"\0" + content + b"\0")
     return digest.hexdigest()[:12]
 
 

@@ -3,7 +3,7 @@
 The CLI imports a stage's module only when that stage runs, and a stage reaches its
 dataset or workload module by name. So the package code a stage executes is the import
 graph (codegraph.py) of the CLI, the stage's module and that dataset or workload module:
-`entry_modules` names them, and the rules list the graph as the stage's code inputs.
+`entry_modules` names them, and the rules key each stage on that graph's code.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ MODULES = {
     "benchmark": "accelpipe.stages.publish",
     "compare": "accelpipe.stages.compare",
     "images": "accelpipe.stages.images",
+    "runtime": "accelpipe.stages.images",
 }
 # stages that call into one dataset's or one workload's module by name
 _PLUGINS = {
