@@ -1,0 +1,92 @@
+"""Every snakemake command the README and the config comments print runs as printed: each is
+dry-run, word for word, in a workflow copy that has one finished run (results/compare
+needs one). Templates with `<placeholders>` are not commands and are left out."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.workflow.project import REPO, Project
+
+pytestmark = pytest.mark.e2e
+
+SHELL_BLOCK = re.compile(r"```(?:sh|bash|shell|console)\n(.*?)```", re.S)
+INLINE_CODE = re.compile(r"(?<!`)`(snakemake [^`]+)`(?!`)")
+COMMENT_COMMAND = re.compile(r"^\s*#\s*(snakemake .+)$", re.M)
+# the copies the commands name by relative path, beside the workflow copy
+RUN_FROM = (".test", "profiles")
+
+
+def _shell_commands(block: str) -> list[str]:
+    """The commands of a shell block: continuation lines joined, quotes spanning lines kept."""
+    commands, pending = [], ""
+    for line in block.replace("\\\n", " ").splitlines():
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        commands.append(pending.removeprefix("$ "))
+        pending = ""
+    return commands
+
+
+def printed_commands() -> dict[str, str]:
+    """`where: command` for every snakemake command the docs print."""
+    found: dict[str, str] = {}
+    readme = (REPO / "README.md").read_text()
+    for block in SHELL_BLOCK.findall(readme):
+        for command in _shell_commands(block):
+            if command.lstrip().startswith("snakemake "):
+                found.setdefault(command, "README.md (shell block)")
+    for command in INLINE_CODE.findall(readme):
+        found.setdefault(command, "README.md (inline)")
+    configs = [REPO / "config.yaml", REPO / ".test/config.yaml"]
+    configs += sorted((REPO / "profiles").glob("*/config.yaml"))
+    for config in configs:
+        for command in COMMENT_COMMAND.findall(config.read_text()):
+            found.setdefault(command, str(config.relative_to(REPO)))
+    return {c: where for c, where in found.items() if not re.search(r"<[^>]+>", c)}
+
+
+COMMANDS = printed_commands()
+
+
+def test_the_docs_print_the_commands_this_test_runs() -> None:
+    """The extraction finds what a reader sees (a broken regex would pass every command)."""
+    assert len(COMMANDS) >= 10
+    assert any("--configfile .test/config.yaml" in c for c in COMMANDS)
+    assert any("--profile profiles/slurm" in c for c in COMMANDS)
+    assert any("results/compare" in c for c in COMMANDS)
+
+
+@pytest.fixture(scope="module")
+def readme_project(project: Project, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+    """The built workflow copy, with the folders commands name and an `apptainer` stand-in
+    (Snakemake checks for the binary even in a dry run; none is installed here)."""
+    for name in RUN_FROM:
+        if not (project.root / name).exists():
+            shutil.copytree(REPO / name, project.root / name)
+    bin_dir = tmp_path_factory.mktemp("bin")
+    fake = bin_dir / "apptainer"
+    fake.write_text("#!/bin/sh\necho 'apptainer version 1.3.4'\n")
+    fake.chmod(0o755)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{path}"
+    yield project
+    os.environ["PATH"] = path
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS), ids=lambda c: c[:80])
+def test_printed_snakemake_command_runs_as_printed(readme_project: Project, command: str) -> None:
+    argv = shlex.split(command, comments=True)
+    assert argv[0] == "snakemake"
+    proc = readme_project.snakemake("--dry-run", *argv[1:], check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{COMMANDS[command]}: `{command}` fails:\n{output[-3000:]}"
