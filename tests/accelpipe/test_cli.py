@@ -95,3 +95,61 @@ def test_accel_leases_devices_sets_visibility_and_releases(
 
 def _no_wait() -> None:
     raise AssertionError("would wait for a device")
+
+
+def _stage_argv(stage: str, tmp_path: Path, cfg: str) -> list[str]:
+    """argv of `stage` with `cfg` as its --config-json, every path under tmp_path."""
+    p = str(tmp_path)
+    run = ["--workload", "ssd", "--run", "fp32"]
+    argv = {
+        "raw": ["--dataset", "coco", "--downloads", p],
+        "prepare": ["--dataset", "coco", "--variant", "tfrecord", "--raw", p],
+        "train": [*run, "--prepared", p],
+        "evaluate": [*run, "--prepared", p, "--model", p],
+        "publish": ["--workload", "ssd", *(f"--{k}" for k in ("raw",)), p]
+        + [x for k in ("prepared", "model", "eval", "trace") for x in (f"--{k}", p)],
+        "grid": ["--workload", "segmenter", "--runs", p],
+        "benchmark": ["--workload", "ssd", "--rows", p],
+        "compare": ["--runs", p],
+        "runtime": ["--framework", "tensorflow"],
+    }[stage]
+    return [stage, *argv, "--config-json", cfg, "--out", str(tmp_path / "out")]
+
+
+@pytest.mark.parametrize(
+    ("stage", "cfg", "key"),
+    [
+        ("raw", '{"sourc": "synthetic"}', "unknown config key 'sourc'"),
+        ("prepare", "{}", "missing key 'prepare'"),
+        ("train", "{}", "missing keys 'backend', 'model', 'profile', 'train'"),
+        ("train", '{"backend": "cpu", "model": {}, "profile": {}}', "missing key 'train'"),
+        ("evaluate", '{"backend": "cpu", "train": {}}', "missing key 'evaluate'"),
+        ("publish", "{}", "missing keys 'backend', 'datasets'"),
+        ("grid", '{"keys": "model.encoder"}', "config key 'keys': 'model.encoder' is not of"),
+        ("benchmark", '{"warmup_steps": -1}', "config key 'warmup_steps': -1 is less than"),
+        ("compare", '{"cost": {"per_hour": {"tpu": 1}}}', "unknown config key 'cost.per_hour.tpu'"),
+        ("runtime", '{"backend": "cpu"}', "missing keys 'pool', 'runtime' (the slice's"),
+    ],
+)
+def test_a_bad_config_json_of_any_stage_is_one_line_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stage: str, cfg: str, key: str
+) -> None:
+    """Checked before the stage runs: no KeyError traceback from inside it, nothing made."""
+    assert main(_stage_argv(stage, tmp_path, cfg)) == 2
+    err = capsys.readouterr().err
+    assert f"accelpipe {stage}: --config-json of the {stage} stage: {key}" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_stage_reads_its_slice_with_the_configs_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelpipe.config import validate
+
+    seen: list[dict] = []
+    monkeypatch.setattr(
+        "accelpipe.stages.data.run_raw", lambda args: seen.append(json.loads(args.config_json))
+    )
+    assert main(_stage_argv("raw", tmp_path, '{"source": "synthetic"}')) == 0
+    assert seen == [validate({})["datasets"]["coco"]]

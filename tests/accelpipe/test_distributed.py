@@ -283,6 +283,7 @@ def test_failing_training_processes_fail_the_stage(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "training processes failed" in proc.stderr
     assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.log"]  # no .train-partial-*
 
 
 def test_a_global_batch_that_does_not_split_fails_before_launching(

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from accelpipe import stage_config
-from accelpipe.config import validate
+from accelpipe.config import slice_schema, validate, validate_slice
 from accelpipe.errors import ConfigError
 
 
@@ -84,3 +86,102 @@ def test_benchmark_settings_are_not_part_of_any_runs_slices(config: dict) -> Non
     )
     for slice_of in (stage_config.train, stage_config.evaluate, stage_config.publish):
         assert slice_of(changed, "ssd", "small") == slice_of(config, "ssd", "small")
+
+
+# ----------------------------------------------------------------------------- slice schemas
+
+
+def _shipped_config(name: str) -> dict:
+    import yaml
+
+    return validate(yaml.safe_load((Path(__file__).parents[2] / name).read_text()))
+
+
+def _every_slice(config: dict):
+    """(stage, names, slice) of every slice the rules pass for `config`."""
+    from accelpipe import registry, targets
+    from accelpipe.config import run_names
+
+    for name in registry.DATASETS:
+        yield "raw", {"dataset": name}, stage_config.raw(config, name)
+    for workload, entry in registry.WORKLOADS.items():
+        names = {"workload": workload}
+        yield (
+            "prepare",
+            {"dataset": entry.dataset, "variant": entry.variant},
+            (stage_config.prepare(config, entry.dataset, entry.variant)),
+        )
+        runs = run_names(config[workload], workload) or ["fold0"]
+        for run in runs:
+            for stage in ("train", "evaluate", "publish"):
+                yield stage, names, getattr(stage_config, stage)(config, workload, run)
+        for row in targets.benchmark_rows(config, workload):
+            yield "train", names, stage_config.benchmark_row(config, workload, row)
+        yield "benchmark", names, stage_config.benchmark(config, workload)
+        if config[workload].get("grid"):
+            yield "grid", names, {"keys": sorted(config[workload]["grid"])}
+    yield "compare", {}, {"cost": config["cost"]}
+    yield "runtime", {}, {"runtime": "local", "backend": "cpu", "pool": None}
+    docker = {"image": "localhost/accelpipe/cpu-pytorch:abc", "mounts": ["/data"], "env": []}
+    build = {"build": {"base_image": None, "offline": False}, "docker_host": None}
+    yield "runtime", {}, {"runtime": "docker", "backend": "cuda", "pool": ["0"], **docker, **build}
+
+
+@pytest.mark.parametrize("which", ["defaults", "config.yaml", ".test/config.yaml"])
+def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
+    """Each slice stage_config builds passes its stage's schema with nothing to fill in."""
+    config = validate({}) if which == "defaults" else _shipped_config(which)
+    seen = set()
+    for stage, names, value in _every_slice(config):
+        node = slice_schema(stage, **names)
+        assert validate_slice(value, node, stage) == value, (stage, names)
+        seen.add(stage)
+    stages = {"raw", "prepare", "train", "evaluate", "publish", "benchmark", "compare", "runtime"}
+    assert seen == stages | ({"grid"} if which != "defaults" else set())
+
+
+@pytest.mark.parametrize(
+    ("stage", "names", "value", "message"),
+    [
+        ("train", {"workload": "ssd"}, {}, "missing keys 'backend', 'model', 'profile', 'train'"),
+        ("train", {"workload": "ssd"}, {"backend": "cpu", "model": {}, "profile": {}},
+         "missing key 'train' (the slice's sections: backend, model, profile, train)"),
+        ("evaluate", {"workload": "segmenter"}, {"backend": "cpu", "train": {}},
+         "missing key 'evaluate'"),
+        ("prepare", {"dataset": "brats", "variant": "2d"}, {"prepare": {}}, "missing key 'folds'"),
+        ("publish", {"workload": "resnet50"}, {}, "missing keys 'backend', 'datasets'"),
+        ("benchmark", {"workload": "ssd"}, {}, "missing key 'warmup_steps'"),
+        ("grid", {"workload": "segmenter"}, {}, "missing key 'keys'"),
+        ("compare", {}, {}, "missing key 'cost'"),
+        ("runtime", {}, {"runtime": "docker", "backend": "cpu", "pool": None},
+         "missing keys 'build', 'docker_host', 'env', 'image', 'mounts'"),
+        ("train", {"workload": "ssd"}, {"backend": "cpu", "model": {}, "profile": {},
+         "train": {"lrr": 1}}, "unknown config key 'train.lrr'"),
+        ("train", {"workload": "ssd"}, {"backend": "tpu", "model": {}, "profile": {},
+         "train": {}}, "config key 'backend': 'tpu' is not one of"),
+        ("evaluate", {"workload": "ssd"}, {"backend": "cpu", "train": {},
+         "evaluate": {"batch_size": 0}}, "config key 'evaluate.batch_size': 0 is less than"),
+        ("raw", {"dataset": "coco"}, {"source": "ftp://x"}, "config key 'source': 'ftp://x'"),
+        ("compare", {}, {"cost": {}, "extra": 1}, "unknown config key 'extra'"),
+    ],
+)  # fmt: skip
+def test_a_bad_slice_is_one_error_naming_the_key(stage, names, value, message) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_slice(value, slice_schema(stage, **names), stage)
+    assert str(err.value).startswith(f"--config-json of the {stage} stage: ")
+    assert message in str(err.value), str(err.value)
+
+
+def test_keys_inside_a_section_default_as_in_the_config() -> None:
+    node = slice_schema("evaluate", workload="ssd")
+    filled = validate_slice({"backend": "cpu", "evaluate": {}, "train": {}}, node, "evaluate")
+    assert filled["evaluate"] == validate({})["ssd"]["evaluate"]
+    assert filled["train"] == {"precision": "auto"}
+
+
+def test_unknown_names_are_refused_naming_them() -> None:
+    with pytest.raises(ConfigError, match="unknown workload 'yolo'"):
+        slice_schema("train", workload="yolo")
+    with pytest.raises(ConfigError, match="'coco' has no prepared variant 'raw'"):
+        slice_schema("prepare", dataset="coco", variant="raw")
+    assert slice_schema("summarize-trace") is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accelpipe import containers, leases, stages
+from accelpipe.config import load_slice, slice_schema, validate_slice
 from accelpipe.errors import AccelpipeError
 from accelpipe.runtime import read_runtime
 
@@ -192,6 +194,25 @@ def stage_argv(argv: list[str]) -> list[str]:
     return argv[i:]
 
 
+def check_config_json(args: argparse.Namespace) -> None:
+    """Check the stage's --config-json against its slice schema (config.slice_schema) before
+    anything runs or is leased: a missing, unknown or invalid key is one error naming it.
+    The stage then reads the checked slice, its defaults filled in (a rule's slice already
+    has them all, so it reads what the rule passed)."""
+    if getattr(args, "config_json", None) is None:
+        return
+    node = slice_schema(
+        args.stage,
+        dataset=getattr(args, "dataset", None),
+        variant=getattr(args, "variant", None),
+        workload=getattr(args, "workload", None),
+    )
+    value = load_slice(args.config_json)
+    if node is not None:
+        value = validate_slice(value, node, args.stage)
+    args.config_json = json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     """Lease accelerators, then run the stage here or in its container."""
     runtime = read_runtime(args.runtime)
@@ -227,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log, capture_stderr)
     try:
+        check_config_json(args)
         return run_stage(args, argv)
     except AccelpipeError as err:
         log.error("accelpipe %s: %s", args.stage, err)

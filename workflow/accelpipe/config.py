@@ -18,10 +18,11 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelpipe import grid
+from accelpipe import grid, registry
 from accelpipe.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
+FIGURES_SCHEMA_PATH = SCHEMA_PATH.parent / "reference_figures.schema.yaml"
 
 
 @cache
@@ -185,6 +186,156 @@ def load_slice(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError("--config-json must be a JSON object")
     return value
+
+
+# ------------------------------------------------------------------------------ stage slices
+# The --config-json of each stage is a slice of the validated config (accelpipe.stage_config
+# builds them; the rules pass them). Its schema is made of the config schema's own nodes, so
+# a slice has the config's keys, types and defaults: its sections (the slice's top-level
+# keys, which a rule always passes) are required, the keys inside them default as in
+# config.yaml. The CLI checks every slice against it before the stage runs.
+
+# the workload sections of a train slice (those the workload's schema has)
+TRAIN_SECTIONS = ("model", "train", "profile", "transforms")
+# workload settings that make other runs: not part of any one run's slices
+NOT_RUN_SETTINGS = ("runs", "grid", "benchmark")
+
+
+def _sections(properties: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+        "required": sorted(properties) if required else [],
+    }
+
+
+def _undefaulted(node: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in _resolve(node).items() if k != "default"}
+
+
+def _block(name: str) -> dict[str, Any]:
+    return _resolve(schema()["properties"][name])["properties"]
+
+
+@cache
+def _figure_schema() -> dict[str, Any]:
+    return yaml.safe_load(FIGURES_SCHEMA_PATH.read_text())["properties"]["figures"]
+
+
+def _run_stage_schema(stage: str, workload: str) -> dict[str, Any]:
+    """The train, evaluate and publish slices: sections of the workload's block."""
+    root = schema()["properties"]
+    own = _block(registry.workload(workload).name)
+    if stage == "train":  # a run's, or a benchmark row's
+        return _sections(
+            {"backend": root["backend"]} | {k: own[k] for k in TRAIN_SECTIONS if k in own}
+        )
+    if stage == "evaluate":
+        train = _resolve(own["train"])["properties"]
+        precision = {k: train[k] for k in ("precision", "channels_last") if k in train}
+        return _sections(
+            {
+                "backend": root["backend"],
+                "evaluate": own["evaluate"],
+                "train": _sections(precision, required=False),
+            }
+        )
+    data = registry.workload(workload).dataset
+    run = {k: v for k, v in own.items() if k not in NOT_RUN_SETTINGS}
+    return _sections(
+        {
+            "backend": root["backend"],
+            "runtime": root["runtime"],
+            "datasets": _sections({data: _block("datasets")[data]}),
+            "performance": root["performance"],
+            "reference_figures": _figure_schema(),
+            workload: _sections(run, required=False),
+        }
+    )
+
+
+def _runtime_schema() -> dict[str, Any]:
+    """What rules/common.smk's stage_runtime_config passes: no defaults, the docker keys
+    only (and all of them) for runtime docker."""
+    root, containers = schema()["properties"], _block("containers")
+    docker = {
+        "image": {"type": "string", "minLength": 1},
+        "mounts": {"type": "array", "items": {"type": "string"}},
+        "env": _undefaulted(containers["env"]),
+        "docker_host": _undefaulted(containers["docker_host"]),
+        "build": _sections({k: _undefaulted(containers[k]) for k in ("base_image", "offline")}),
+    }
+    local = {
+        "runtime": {"enum": ["local", "docker"]},
+        "backend": _undefaulted(root["backend"]),
+        "pool": _undefaulted(_block("accelerators")["pool"]),
+    }
+    return _sections(local | docker, required=False) | {
+        "required": sorted(local),
+        "if": {"properties": {"runtime": {"const": "docker"}}, "required": ["runtime"]},
+        "then": {"required": sorted(docker)},
+    }
+
+
+def slice_schema(
+    stage: str,
+    *,
+    dataset: str | None = None,
+    variant: str | None = None,
+    workload: str | None = None,
+) -> dict[str, Any] | None:
+    """The JSON schema of the config slice `stage` takes (None: it takes none); an unknown
+    dataset, variant or workload is a ConfigError naming it."""
+    root = schema()["properties"]
+    if stage == "raw":  # the dataset's block itself
+        return _block("datasets")[registry.dataset(str(dataset)).name]
+    if stage == "prepare":
+        owner = _block(registry.variant_owner(str(dataset), str(variant)).name)
+        no_options = {"type": "object", "additionalProperties": False}
+        folds = {"folds": owner["folds"]} if "folds" in owner else {}
+        return _sections({"prepare": owner.get("prepare", no_options), **folds})
+    if stage in ("train", "evaluate", "publish"):
+        return _run_stage_schema(stage, str(workload))
+    if stage == "grid":
+        return _sections({"keys": {"type": "array", "items": {"type": "string"}}})
+    if stage == "benchmark":
+        benchmark = _resolve(schema()["definitions"]["benchmark"])["properties"]
+        return _sections({"warmup_steps": benchmark["warmup_steps"]})
+    if stage == "compare":
+        return _sections({"cost": root["cost"]})
+    if stage == "runtime":
+        return _runtime_schema()
+    return None
+
+
+def _describe_slice(error: jsonschema.ValidationError, node: dict[str, Any]) -> str:
+    path = ".".join(str(p) for p in error.absolute_path)
+    if error.validator != "required":
+        return _describe(error)
+    missing = [k for k in error.validator_value if k not in error.instance]
+    keys = ", ".join(f"'{'.'.join(filter(None, [path, k]))}'" for k in missing)
+    text = f"missing key{'s' if len(missing) > 1 else ''} {keys}"
+    sections = node.get("required", [])
+    if path or len(missing) == len(sections) or not set(missing) <= set(sections):
+        return text
+    return f"{text} (the slice's sections: {', '.join(sections)})"
+
+
+def validate_slice(value: dict[str, Any], node: dict[str, Any], stage: str) -> dict[str, Any]:
+    """`value` checked against a slice schema (`slice_schema`), defaults filled in; a missing,
+    unknown or invalid key is one ConfigError naming it."""
+    full = {"definitions": schema()["definitions"], **node}
+    validator = jsonschema.Draft7Validator(full)
+    filled = copy.deepcopy(value)
+    # Unknown keys first, so the message names the key as given, not a default beside it.
+    error = jsonschema.exceptions.best_match(validator.iter_errors(filled))
+    if error is None:
+        _fill_defaults(filled, full)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(filled))
+    if error is not None:
+        raise ConfigError(f"--config-json of the {stage} stage: {_describe_slice(error, node)}")
+    return filled
 
 
 def view(cls: type, data: dict[str, Any]) -> Any:

@@ -2,7 +2,8 @@
 config does not re-run it (a rule's params are Snakemake's rerun trigger).
 
 `rules/common.smk` passes these to the CLI as canonical JSON; tests that drive the stages
-by their CLI without Snakemake (the TensorFlow 2.15 venv) build the same slices here.
+by their CLI without Snakemake (the TensorFlow 2.15 venv) build the same slices here. The
+CLI checks each against its schema (config.slice_schema: the same sections).
 Every function takes the validated config (defaults filled in).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelpipe import performance, registry, targets
-from accelpipe.config import run_model, run_train
+from accelpipe.config import NOT_RUN_SETTINGS, TRAIN_SECTIONS, run_model, run_train
 
 
 def raw(config: dict[str, Any], dataset: str) -> dict[str, Any]:
@@ -27,15 +28,12 @@ def prepare(config: dict[str, Any], dataset: str, variant: str) -> dict[str, Any
     return slice_
 
 
-_NOT_RUN_SETTINGS = ("runs", "grid", "benchmark")
-
-
 def workload_settings(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     """The workload's config block as one run sees it: `train` and `model` resolved, `runs`
     `grid` and `benchmark` dropped (so a new grid value or benchmark row does not re-run the
     runs it does not make)."""
     targets.check_run(config, workload, run)
-    block = {k: v for k, v in config[workload].items() if k not in _NOT_RUN_SETTINGS}
+    block = {k: v for k, v in config[workload].items() if k not in NOT_RUN_SETTINGS}
     resolved = {"train": run_train(config[workload], workload, run)}
     if "model" in block:
         resolved["model"] = run_model(config[workload], workload, run)
@@ -44,8 +42,7 @@ def workload_settings(config: dict[str, Any], workload: str, run: str) -> dict[s
 
 def train(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     block = workload_settings(config, workload, run)
-    keys = ("model", "train", "profile", "transforms")
-    return {"backend": config["backend"]} | {k: block[k] for k in keys if k in block}
+    return {"backend": config["backend"]} | {k: block[k] for k in TRAIN_SECTIONS if k in block}
 
 
 def evaluate(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:

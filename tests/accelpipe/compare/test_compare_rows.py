@@ -74,6 +74,18 @@ def test_a_metric_that_is_nan_or_missing_is_no_number_and_said(tmp_path: Path) -
     assert "mIoU is nan" in nan["notes"][0] and "has no mIoU" in missing["notes"][0]
 
 
+def test_a_metric_written_as_null_is_no_number_and_its_note_is_quoted(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "ssd", "empty")
+    metrics = json.loads((run / "metrics.json").read_text())
+    note = "COCO box AP; AP null: the validation set has no ground-truth box"
+    (run / "metrics.json").write_text(json.dumps(metrics | {"AP": None, "note": note}))
+    row = read_row(run, {})
+    assert row["metric_value"] is None and row["most_accurate"] is None
+    assert row["notes"][0] == f"metrics.json: AP is null (undefined for this run): {note}"
+    rows = build_rows([run, write_run(tmp_path, "ssd", "fine", metric_value=0.2)], {})
+    assert [r["most_accurate"] for r in rows] == [False, True]
+
+
 def _row(workload: str, run: str, speed: float | None, quality: float | None) -> dict:
     return {
         "workload": workload,

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from accelpipe.datasets import ade20k, ade20k_input, ade20k_tfrecord
+from accelpipe.datasets import ade20k, ade20k_input, ade20k_tfrecord, image_bytes
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from accelpipe.engines.tf_data_checks import checked
 from accelpipe.errors import DataError
@@ -135,11 +135,11 @@ def test_unknown_variant(raw: Path, tmp_path: Path) -> None:
 
 def test_png_header() -> None:
     grey = _png_bytes(np.zeros((3, 5), np.uint8))
-    assert ade20k_tfrecord.png_header(grey) == (5, 3, 8, 0)
+    assert image_bytes.png_header(grey) == (5, 3, 8, 0)
     rgb = _png_bytes(np.zeros((3, 5, 3), np.uint8))
-    assert ade20k_tfrecord.png_header(rgb) == (5, 3, 8, 2)
-    assert ade20k_tfrecord.png_header(b"\xff\xd8" + grey[2:]) is None
-    assert ade20k_tfrecord.png_header(grey[:20]) is None
+    assert image_bytes.png_header(rgb) == (5, 3, 8, 2)
+    assert image_bytes.png_header(b"\xff\xd8" + grey[2:]) is None
+    assert image_bytes.png_header(grey[:20]) is None
 
 
 def _png_bytes(pixels: np.ndarray, mode: str | None = None) -> bytes:
@@ -306,24 +306,24 @@ def test_png_problem_passes_real_pngs_and_finds_their_damage() -> None:
     assert len(files) >= 10
     for path in files:
         data = path.read_bytes()
-        assert ade20k_tfrecord.png_problem(data) is None, path
+        assert image_bytes.png_problem(data) is None, path
         cut = data[: len(data) * 2 // 3]
-        assert ade20k_tfrecord.png_problem(cut) is not None, path
+        assert image_bytes.png_problem(cut) is not None, path
         flipped = bytearray(data)
         flipped[data.index(b"IDAT") + 8] ^= 0x01
-        assert ade20k_tfrecord.png_problem(bytes(flipped)) == "its IDAT chunk fails its CRC"
+        assert image_bytes.png_problem(bytes(flipped)) == "its IDAT chunk fails its CRC"
 
 
 def test_png_problem_walks_the_chunks() -> None:
     grey = _png_bytes(np.arange(60, dtype=np.uint8).reshape(6, 10))
-    assert ade20k_tfrecord.png_problem(grey) is None
-    assert ade20k_tfrecord.png_problem(grey[:-12]) == "truncated: no IEND chunk"
-    assert ade20k_tfrecord.png_problem(grey[:-6]) == "truncated: no IEND chunk"
-    assert ade20k_tfrecord.png_problem(grey[:-2]) == "truncated in its IEND chunk"
+    assert image_bytes.png_problem(grey) is None
+    assert image_bytes.png_problem(grey[:-12]) == "truncated: no IEND chunk"
+    assert image_bytes.png_problem(grey[:-6]) == "truncated: no IEND chunk"
+    assert image_bytes.png_problem(grey[:-2]) == "truncated in its IEND chunk"
     idat = grey.index(b"IDAT") - 4
     (length,) = struct.unpack_from(">I", grey, idat)
     no_data = grey[:idat] + grey[idat + 12 + length :]
-    assert ade20k_tfrecord.png_problem(no_data) == "no IDAT chunk"
+    assert image_bytes.png_problem(no_data) == "no IDAT chunk"
 
 
 def test_corrupt_jpeg_names_the_file(copy: Path, tmp_path: Path) -> None:
@@ -332,3 +332,78 @@ def test_corrupt_jpeg_names_the_file(copy: Path, tmp_path: Path) -> None:
     jpg.write_bytes(data[: len(data) // 2])
     message = _prepare_fails(copy, tmp_path / "out", workers=2)  # raised in a worker
     assert message == f"{jpg}: not a complete JPEG file (annotation {png})"
+
+
+# ----------------------------------------------------------------------------- image formats
+
+
+def _matplotlib_png() -> Path:
+    """A real PNG from another encoder than Pillow's: matplotlib's 128x128 RGBA sample."""
+    import matplotlib
+
+    return Path(matplotlib.get_data_path()) / "sample_data" / "Minduka_Present_Blue_Pack.png"
+
+
+def test_png_under_a_jpg_name_is_prepared_and_decodes_in_the_input_pipeline(
+    copy: Path, tmp_path: Path
+) -> None:
+    """As tf.io.decode_image, the check goes by the bytes, not the name: the record says
+    png and the input pipeline's decoder reads the pixels."""
+    jpg, png = _files(copy, "val", 1)
+    sample = _matplotlib_png()
+    shutil.copyfile(sample, jpg)
+    with Image.open(sample) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    label = np.arange(128 * 128, dtype=np.int64).reshape(128, 128) % 151
+    Image.fromarray(label.astype(np.uint8)).save(png)
+    out = ade20k.prepare(copy, tmp_path / "out", train_shards=1, val_shards=1)
+    records = {r["image/filename"].decode(): r for r in _parse(_shards(out, "val"))}
+    rec = records[jpg.name]
+    assert rec["image/encoded"] == sample.read_bytes()
+    assert (rec["image/format"], rec["image/width"], rec["image/height"]) == (b"png", 128, 128)
+    assert {r["image/format"] for name, r in records.items() if name != jpg.name} == {b"jpeg"}
+    decoded = {
+        ex["filename"].numpy().decode(): ex
+        for ex in checked(ade20k_input.eval_dataset(_shards(out, "val")))
+    }
+    np.testing.assert_array_equal(decoded[jpg.name]["image"].numpy(), pixels)
+    assert decoded[jpg.name]["label"].shape == (128, 128)
+
+
+def _encoded(pixels: np.ndarray, image_format: str) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format=image_format)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("image_format", "what"),
+    [
+        ("GIF", "a GIF image, not JPEG or PNG (the image formats the TFRecords hold)"),
+        ("BMP", "a BMP image, not JPEG or PNG (the image formats the TFRecords hold)"),
+        ("WEBP", "a WebP image, not JPEG or PNG (the image formats the TFRecords hold)"),
+        ("TIFF", "a TIFF image, not JPEG or PNG (the image formats the TFRecords hold)"),
+    ],
+)
+def test_other_image_formats_under_a_jpg_name_are_named(
+    copy: Path, tmp_path: Path, image_format: str, what: str
+) -> None:
+    jpg, png = _files(copy, "train", 5)
+    with Image.open(jpg) as image:
+        jpg.write_bytes(_encoded(np.asarray(image), image_format))
+    assert _prepare_fails(copy, tmp_path / "out", workers=2) == f"{jpg}: {what} (annotation {png})"
+
+
+def test_truncated_png_under_a_jpg_name_is_named(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "val", 3)
+    data = _matplotlib_png().read_bytes()
+    jpg.write_bytes(data[: len(data) // 2])
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{jpg}: unreadable PNG (truncated in its IDAT chunk) (annotation {png})"
+
+
+def test_a_file_that_is_no_image_is_named(copy: Path, tmp_path: Path) -> None:
+    jpg, png = _files(copy, "val", 2)
+    jpg.write_text("<html>not found</html>")
+    message = _prepare_fails(copy, tmp_path / "out")
+    assert message == f"{jpg}: not an image file (neither JPEG nor PNG) (annotation {png})"

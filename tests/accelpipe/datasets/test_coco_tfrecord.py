@@ -4,16 +4,19 @@ parsed back with tf.data and compared with the instances JSON; bad input fails c
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
-from accelpipe.datasets import coco, tfrecord
+from accelpipe.datasets import coco, coco_input, tfrecord
 from accelpipe.datasets.coco_synthetic import synthesize
-from accelpipe.datasets.coco_tfrecord import jpeg_size
+from accelpipe.datasets.image_bytes import jpeg_size
 from accelpipe.errors import DataError
 
 FEATURES = {
@@ -267,6 +270,64 @@ def test_degenerate_and_slightly_outside_boxes_are_skipped(copy: Path, tmp_path:
 def test_unknown_variant(raw: Path, tmp_path: Path) -> None:
     with pytest.raises(DataError, match="coco has no prepared variant 'raw'"):
         coco.prepare_variant("raw", raw, tmp_path / "out", {}, workers=1)
+
+
+def _reencode(path: Path, image_format: str) -> np.ndarray:
+    """Write the image's own pixels back in `image_format` under its `.jpg` name."""
+    with Image.open(path) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format=image_format)
+    path.write_bytes(buf.getvalue())
+    return pixels
+
+
+def test_png_under_a_jpg_name_is_prepared_and_decodes_in_the_input_pipeline(
+    copy: Path, tmp_path: Path
+) -> None:
+    """As tf.io.decode_image, the check goes by the bytes, not the name: the record says png
+    and the SSD input pipeline decodes it to the PNG's pixels."""
+    img = _instances(copy, "val")["images"][2]
+    path = copy / "val2017" / img["file_name"]
+    pixels = _reencode(path, "PNG")
+    out = coco.prepare(copy, tmp_path / "out", train_shards=1, val_shards=1)
+    records = {int(r["image/source_id"]): r for r in _parse(_shards(out, "val"))}
+    rec = records[img["id"]]
+    assert rec["image/encoded"] == path.read_bytes()
+    assert (rec["image/format"], rec["image/width"], rec["image/height"]) == (
+        b"png",
+        img["width"],
+        img["height"],
+    )
+    assert {r["image/format"] for i, r in records.items() if i != img["id"]} == {b"jpeg"}
+    ids = [c["id"] for c in json.loads((out / "dataset.json").read_text())["categories"]]
+    table = coco_input.class_table(ids)
+    for serialized in tf.data.TFRecordDataset([str(p) for p in _shards(out, "val")]):
+        example = coco_input.parse(serialized, table)
+        if int(example["source_id"]) == img["id"]:
+            image = coco_input.eval_example(example)["image"].numpy()
+            break
+    expected = tf.image.resize(pixels.astype(np.float32) / 255.0, [300, 300])
+    np.testing.assert_allclose(image, coco_input.normalise(expected).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize(("image_format", "kind"), [("GIF", "GIF"), ("BMP", "BMP")])
+def test_other_image_formats_under_a_jpg_name_name_the_image_id(
+    copy: Path, tmp_path: Path, image_format: str, kind: str
+) -> None:
+    img = _instances(copy, "train")["images"][1]
+    _reencode(copy / "train2017" / img["file_name"], image_format)
+    _prepare_fails(
+        copy, tmp_path / "out", rf"image id {img['id']}: a {kind} image, not JPEG or PNG"
+    )
+
+
+def test_truncated_png_under_a_jpg_name_names_the_image_id(copy: Path, tmp_path: Path) -> None:
+    img = _instances(copy, "val")["images"][4]
+    path = copy / "val2017" / img["file_name"]
+    _reencode(path, "PNG")
+    path.write_bytes(path.read_bytes()[:-30])
+    _prepare_fails(copy, tmp_path / "out", rf"image id {img['id']}: unreadable PNG \(truncated")
 
 
 def test_jpeg_size_reads_the_frame_header(raw: Path) -> None:

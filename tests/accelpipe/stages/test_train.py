@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from accelpipe import cli
 from accelpipe.stages import train
 
@@ -55,3 +57,68 @@ def test_resume_dir_changes_with_the_workloads_split_files_only(tmp_path: Path) 
     (tmp_path / "folds.json").write_text('{"fold0": [2]}')
     assert resume_dir("unet2d") != unet2d
     assert resume_dir("resnet50") == resnet50
+
+
+# ----------------------------------------------------------------------------- failed attempts
+
+
+def _train_argv(tmp_path: Path, prepared: Path, **train: object) -> list[str]:
+    from accelpipe import stage_config
+    from accelpipe.config import validate
+
+    config = validate({"unet2d": {"train": train}})
+    cfg = json.dumps(stage_config.train(config, "unet2d", "fold0"))
+    return [
+        *("train", "--workload", "unet2d", "--run", "fold0", "--prepared", str(prepared)),
+        *("--config-json", cfg, "--out", str(tmp_path / "train")),
+    ]
+
+
+def _work_dir(argv: list[str]) -> Path:
+    args = cli.build_parser().parse_args(argv)
+    return train.resume_dir(Path(args.out), args)
+
+
+def test_a_failed_attempt_without_a_checkpoint_leaves_nothing(tmp_path: Path) -> None:
+    """It used to leave an empty .train-partial-* folder beside the output."""
+    argv = _train_argv(tmp_path, tmp_path / "missing")  # fails once the work dir is made
+    assert cli.main(argv) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_failed_attempt_keeps_the_checkpoint_it_would_resume_from(tmp_path: Path) -> None:
+    argv = _train_argv(tmp_path, tmp_path / "missing")
+    work_dir = _work_dir(argv)
+    work_dir.mkdir()
+    (work_dir / "checkpoint.pt").write_bytes(b"epoch 3")
+    (work_dir / "train_log.csv").write_text("step\n1\n")
+    assert cli.main(argv) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [work_dir.name]
+    assert (work_dir / "checkpoint.pt").read_bytes() == b"epoch 3"
+
+
+def test_an_empty_checkpoint_folder_is_nothing_to_resume(tmp_path: Path) -> None:
+    work_dir = tmp_path / ".train-partial-x"
+    (work_dir / "checkpoints").mkdir(parents=True)
+    assert not train._resumable(work_dir, ("checkpoints",))
+    (work_dir / "checkpoints" / "checkpoint").write_text("model_checkpoint_path")
+    assert train._resumable(work_dir, ("checkpoints",))
+
+
+def test_failed_launched_workers_leave_nothing_but_resume_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launching process tidies up after its workers, which share the work dir."""
+    from accelpipe.engines import torch_trainer
+
+    argv = _train_argv(tmp_path, tmp_path, devices=2, batch_size=4)
+    work_dir = _work_dir(argv)
+
+    def failing_workers(*args: object) -> None:
+        (work_dir / "traces").mkdir(parents=True)  # a first epoch's leftovers, no checkpoint
+        raise SystemExit(1)
+
+    monkeypatch.setattr(torch_trainer, "launch_training", failing_workers)
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -100,6 +100,9 @@ def _metric(run_dir: Path, metric: str) -> tuple[float | None, list[str]]:
     value = _finite(metrics.get(metric))
     if metric not in metrics:
         return None, [f"metrics.json has no {metric}"]
+    if metrics[metric] is None:  # written as null: undefined for this run (its note says why)
+        why = f": {metrics['note']}" if isinstance(metrics.get("note"), str) else ""
+        return None, [f"metrics.json: {metric} is null (undefined for this run){why}"]
     if value is None:
         return None, [f"metrics.json: {metric} is {metrics[metric]!r}, not a number"]
     return value, []

@@ -163,7 +163,8 @@ def prepare(
 ) -> Path:
     """Write the TFRecord shards and dataset.json into `out` (atomic).
 
-    A missing partner file stops it before any record is written; a corrupt JPEG, a bad PNG
+    A missing partner file stops it before any record is written; an image that is not a
+    complete JPEG or PNG (by its bytes: a PNG under a .jpg name is fine), a bad annotation PNG
     or a size mismatch stops it from the worker, and so does an annotation value above 150
     with `verify_labels` (without it, ade20k_input finds one when it decodes the label). Each
     is one DataError naming the files, and an existing `out` is left untouched. Records are

@@ -2,16 +2,17 @@
 
 Features (FEATURES, also written into dataset.json):
 
-    image/encoded    the JPEG file's bytes, not re-encoded
-    image/format     b"jpeg"
-    image/filename   the JPEG's file name, e.g. ADE_train_00000001.jpg (the image id)
-    image/height     int64, from the JPEG header (the PNG is checked to be the same size)
+    image/encoded    the image file's bytes, not re-encoded
+    image/format     b"jpeg" or b"png": what the bytes are, whatever the file's name
+    image/filename   the image's file name, e.g. ADE_train_00000001.jpg (the image id)
+    image/height     int64, from the image header (the annotation is checked to be the same size)
     image/width      int64
     label/encoded    the annotation PNG's bytes, not re-encoded: raw values 0..150
     label/format     b"png"
 
 `pairs` is the plan (every image with its annotation, sorted by name); `encode` runs in the
-`tfrecord.write_splits` workers and checks each pair without decoding it: a complete JPEG, an
+`tfrecord.write_splits` workers and checks each pair without decoding it: a complete JPEG (or
+a PNG, even under a `.jpg` name: accelpipe.datasets.image_bytes, the one image check), an
 8-bit single-channel PNG of the same size whose chunks are whole and pass their CRCs. Every
 problem is one DataError line naming the file(s).
 
@@ -25,29 +26,27 @@ from __future__ import annotations
 
 import io
 import os
-import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from accelpipe.datasets import image_bytes
 from accelpipe.datasets.ade20k import NUM_CLASSES, annotation_dir, image_dir
-from accelpipe.datasets.coco_tfrecord import jpeg_size
+from accelpipe.datasets.image_bytes import png_header, png_problem
 from accelpipe.datasets.tfrecord import bytes_feature, example, int64_feature
 from accelpipe.errors import DataError
 
 FEATURES = {
-    "image/encoded": "the JPEG file's bytes, not re-encoded",
-    "image/format": "'jpeg'",
-    "image/filename": "the JPEG's file name (ADE_{train,val}_%08d.jpg): the image id",
-    "image/height": "int64, pixels (JPEG header; the PNG has the same size)",
+    "image/encoded": "the image file's bytes, not re-encoded",
+    "image/format": "'jpeg' or 'png': what the bytes are (a .jpg file may hold a PNG)",
+    "image/filename": "the image's file name (ADE_{train,val}_%08d.jpg): the image id",
+    "image/height": "int64, pixels (image header; the annotation has the same size)",
     "image/width": "int64, pixels",
     "label/encoded": "the annotation PNG's bytes, not re-encoded (8-bit grey, raw 0..150)",
     "label/format": "'png'",
 }
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _GREY = 0  # IHDR colour type of a single-channel grey PNG
 
 
@@ -97,34 +96,6 @@ def _read(path: str) -> bytes:
         raise DataError(f"{path}: {err.strerror}") from None
 
 
-def png_header(data: bytes) -> tuple[int, int, int, int] | None:
-    """(width, height, bit depth, colour type) from a PNG's IHDR chunk, None if not a PNG."""
-    if data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR" or len(data) < 26:
-        return None
-    width, height, depth, colour = struct.unpack_from(">IIBB", data, 16)
-    return width, height, depth, colour
-
-
-def png_problem(data: bytes) -> str | None:
-    """What is wrong with a PNG's chunks, None if nothing: each chunk whole and passing its
-    CRC-32, an IDAT, an IEND. Finds truncated and corrupted files at a few microseconds a
-    file; inflating and unfiltering (decoding) would cost ~0.5 ms more."""
-    view, pos, end, has_data = memoryview(data), 8, len(data), False
-    while pos + 8 <= end:  # a chunk: length, type, data, CRC
-        (length,) = struct.unpack_from(">I", data, pos)
-        kind = bytes(view[pos + 4 : pos + 8]).decode("latin-1")
-        stop = pos + 8 + length
-        if stop + 4 > end:
-            return f"truncated in its {kind} chunk"
-        if zlib.crc32(view[pos + 4 : stop]) != struct.unpack_from(">I", data, stop)[0]:
-            return f"its {kind} chunk fails its CRC"
-        has_data |= kind == "IDAT"
-        if kind == "IEND":
-            return None if has_data else "no IDAT chunk"
-        pos = stop + 4
-    return "truncated: no IEND chunk"
-
-
 def _label_max(data: bytes, where: str) -> int:
     """The largest value of an annotation PNG (decodes it)."""
     try:
@@ -162,22 +133,23 @@ def encode(pair: Pair, verify_labels: bool = False) -> bytes:
     """The serialized Example of one pair; DataError naming the file(s) if a check fails
     (the annotation's values are checked with `verify_labels` only)."""
     image, label = _read(pair.image), _read(pair.label)
-    size = jpeg_size(image)
-    if size is None:
-        raise DataError(f"{pair.image}: not a complete JPEG file (annotation {pair.label})")
+    try:
+        image_format, width, height = image_bytes.image_header(image)
+    except image_bytes.ImageProblem as problem:
+        raise DataError(f"{pair.image}: {problem} (annotation {pair.label})") from None
     label_size = _check_label(label, pair, verify_labels)
-    if label_size != size:
+    if label_size != (width, height):
         raise DataError(
-            f"{pair.image} and {pair.label}: the JPEG is {size[0]}x{size[1]}, the annotation "
-            f"PNG {label_size[0]}x{label_size[1]}"
+            f"{pair.image} and {pair.label}: the {image_bytes.name(image_format)} is "
+            f"{width}x{height}, the annotation PNG {label_size[0]}x{label_size[1]}"
         )
     return example(
         {
             "image/encoded": bytes_feature(image),
-            "image/format": bytes_feature("jpeg"),
+            "image/format": bytes_feature(image_format),
             "image/filename": bytes_feature(os.path.basename(pair.image)),
-            "image/height": int64_feature(size[1]),
-            "image/width": int64_feature(size[0]),
+            "image/height": int64_feature(height),
+            "image/width": int64_feature(width),
             "label/encoded": bytes_feature(label),
             "label/format": bytes_feature("png"),
         }

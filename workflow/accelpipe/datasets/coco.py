@@ -193,9 +193,10 @@ def prepare(
 ) -> Path:
     """Write the TFRecord shards, the val ground truth and dataset.json into `out` (atomic).
 
-    A DataError (bad JPEG or box: naming the image id; bad instances file: naming the file and
-    key; categories differing between the splits) stops the conversion and leaves an existing
-    `out` untouched. Records are checked against the expected count.
+    A DataError (an image that is not a complete JPEG or PNG, or a bad box: naming the image
+    id; bad instances file: naming the file and key; categories differing between the splits)
+    stops the conversion and leaves an existing `out` untouched. Records are checked against
+    the expected count.
     """
     raw, out = Path(raw), Path(out)
     shards = {"train": train_shards, "val": val_shards}

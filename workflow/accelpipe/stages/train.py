@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from accelpipe import distributed, engines, provenance, registry, workloads
 from accelpipe.config import TrainConfig, load_slice, view
@@ -60,6 +63,28 @@ def _check_launch(args: argparse.Namespace, cfg: TrainConfig) -> None:
         )
 
 
+def _resumable(work_dir: Path, checkpoints: tuple[str, ...]) -> bool:
+    """Whether `work_dir` holds resume state: an epoch checkpoint file, or a checkpoint
+    folder with something in it."""
+    for name in checkpoints:
+        path = work_dir / name
+        if path.is_file() or (path.is_dir() and any(path.iterdir())):
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _resume_state_only(work_dir: Path, checkpoints: tuple[str, ...]) -> Iterator[None]:
+    """A failed attempt leaves its work directory only if the next one can resume from it
+    (a checkpoint, with the log and traces up to it); otherwise nothing at all."""
+    try:
+        yield
+    except BaseException:
+        if not _resumable(work_dir, checkpoints):
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+
+
 def run_train(args: argparse.Namespace) -> None:
     """Train here, or launch the workers; in the workers rank 0 finishes the stage
     (stage.json, renaming the work dir onto --out)."""
@@ -68,14 +93,30 @@ def run_train(args: argparse.Namespace) -> None:
     engine = importlib.import_module(spec.module)
     cfg = load_slice(args.config_json)
     train_cfg = view(TrainConfig, cfg.get("train", {}))
+    out = Path(args.out)
+    work_dir = resume_dir(out, args)
     if train_cfg.devices * train_cfg.nodes > 1 and not engine.in_worker():
         _check_launch(args, train_cfg)
-        engine.launch_training(train_cfg, worker_argv(args), args.threads)
+        # The launching process tidies up after its workers (they share the directory).
+        with _resume_state_only(work_dir, spec.checkpoints):
+            engine.launch_training(train_cfg, worker_argv(args), args.threads)
         return
     # The node's CPUs are shared by its ranks.
     engine.limit_threads(max(1, args.threads // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
-    out = Path(args.out)
-    work_dir = resume_dir(out, args)
+    in_worker = engine.in_worker()  # launched: the launching process tidies up
+    with contextlib.nullcontext() if in_worker else _resume_state_only(work_dir, spec.checkpoints):
+        _train_into(args, spec, cfg, started, out, work_dir)
+
+
+def _train_into(
+    args: argparse.Namespace,
+    spec: engines.Engine,
+    cfg: dict[str, Any],
+    started: float,
+    out: Path,
+    work_dir: Path,
+) -> None:
+    """Train into `work_dir`; rank 0 then writes stage.json and renames it onto `out`."""
     work_dir.mkdir(parents=True, exist_ok=True)
     facts = workloads.get(args.workload).train(Path(args.prepared), args.run, cfg, work_dir)
     if facts is None:  # a rank other than 0: rank 0 finishes the stage

@@ -8,7 +8,8 @@ once, in the input pipeline (datasets.ade20k_input): raw 0 -> 255, k -> k - 1.
 
 Evaluation as Segmenter's single-scale numbers: each validation image resized keep-ratio
 to `evaluate.short_side`, sliding windows of the training size (stride = window on
-ADE20K), overlapping logits averaged, resized to the original size, argmax; mIoU, mean
+ADE20K), overlapping logits averaged, resized to the original size, argmax (in bands of
+rows, so a large image never holds its full-size logits); mIoU, mean
 accuracy and pixel accuracy accumulated over the whole set (metrics.SegmentationCounts).
 """
 
@@ -181,9 +182,69 @@ def predict(
     padded = np.zeros((max(resized[0], window), max(resized[1], window), 3), np.float32)
     padded[: resized[0], : resized[1]] = x
     logits = sliding_window_logits(model, padded, window, stride, batch)
-    logits = logits[: resized[0], : resized[1]]
-    full = tf.image.resize(logits, (height, width), "bilinear")
-    return tf.argmax(full, axis=-1, output_type=tf.int32).numpy()
+    return resize_argmax(logits[: resized[0], : resized[1]], (height, width))
+
+
+# Bytes of resized logits one band holds: ~32 MiB, whatever the image size (the whole
+# resized map of a 4000x3000 image would be 7.2 GB at 150 classes).
+_BAND_BYTES = 32 << 20
+
+
+def _bilinear_taps(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per output index, the two input indices and the weight of the upper one, exactly as
+    TF's ResizeBilinear with half_pixel_centers (what tf.image.resize(..., "bilinear") runs,
+    antialias off): float32 `(i + 0.5) * (in / out) - 0.5`, lower = floor clamped at 0,
+    upper = ceil clamped at in - 1, lerp = in - floor(in)."""
+    scale = np.float32(in_size) / np.float32(out_size)
+    centre = (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+    floor = np.floor(centre)
+    lower = np.maximum(floor.astype(np.int64), 0)
+    upper = np.minimum(np.ceil(centre).astype(np.int64), in_size - 1)
+    return lower, upper, (centre - floor).astype(np.float32)
+
+
+def resized_rows(logits: np.ndarray, size: tuple[int, int], start: int, stop: int) -> np.ndarray:
+    """Rows `start:stop` of `tf.image.resize(logits, size, "bilinear")` (float32, bit for bit
+    on CPU), computed from the only input rows they read: (stop - start, width, C).
+
+    As the TF kernel: each input row is first interpolated along x (top_left + (top_right -
+    top_left) * x_lerp), then each output row is top + (bottom - top) * y_lerp. Nothing
+    bigger than two bands' worth of rows is ever made."""
+    y_lower, y_upper, y_lerp = _bilinear_taps(logits.shape[0], size[0])
+    x_lower, x_upper, x_lerp = _bilinear_taps(logits.shape[1], size[1])
+    lower, upper = y_lower[start:stop], y_upper[start:stop]
+    sources = np.unique(np.concatenate([lower, upper]))  # at most 2 x (stop - start) rows
+    along_x = logits[np.ix_(sources, x_upper)].astype(np.float32, copy=False)
+    left = logits[np.ix_(sources, x_lower)]
+    along_x -= left
+    along_x *= x_lerp[None, :, None]
+    along_x += left
+    del left
+    top = along_x[np.searchsorted(sources, lower)]
+    band = along_x[np.searchsorted(sources, upper)]
+    del along_x
+    band -= top
+    band *= y_lerp[start:stop, None, None]
+    band += top
+    return band
+
+
+def resize_argmax(
+    logits: np.ndarray, size: tuple[int, int], band_rows: int | None = None
+) -> np.ndarray:
+    """argmax over classes of `logits` (h, w, C) resized bilinearly to `size` (H, W): the
+    same int32 class map as `tf.argmax(tf.image.resize(logits, size, "bilinear"), -1)`,
+    made `band_rows` output rows at a time (default: ~_BAND_BYTES of logits per band), so
+    memory grows with the image's width, never with its area."""
+    height, width = size
+    classes = logits.shape[-1]
+    if band_rows is None:
+        band_rows = max(1, _BAND_BYTES // (width * classes * 4))
+    classes_map = np.empty((height, width), np.int32)
+    for start in range(0, height, band_rows):
+        stop = min(start + band_rows, height)
+        classes_map[start:stop] = np.argmax(resized_rows(logits, size, start, stop), axis=-1)
+    return classes_map
 
 
 def evaluate(

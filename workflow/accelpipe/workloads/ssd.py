@@ -179,10 +179,10 @@ def evaluate(
     truth = COCO(str(prepared / "instances_val2017.json"))
     stats, per_category = _coco_eval(truth, detections, COCO, COCOeval)
     metrics = {
-        **{k: round(float(v), 6) for k, v in zip(_COCO_STATS, stats, strict=False)},
+        **dict(zip(_COCO_STATS, stats, strict=True)),
         "detections": len(detections),
         "images": len(truth.getImgIds()),
-        "note": "COCO box AP (pycocotools COCOeval, maxDets 100), fractions 0..1",
+        "note": _note(stats),
     }
     write_json(out_dir / "metrics.json", metrics)
     with (out_dir / "per_category_ap.csv").open("w", newline="") as f:
@@ -190,23 +190,49 @@ def evaluate(
         writer.writerow(["category_id", "name", "AP"])
         for c in categories:
             writer.writerow([c["id"], c["name"], per_category.get(c["id"], "")])
-    log.info("COCO AP %.4f, AP50 %.4f", metrics["AP"], metrics["AP50"])
+    log.info("COCO AP %s, AP50 %s", metrics["AP"], metrics["AP50"])
     return metrics
 
 
-def _coco_eval(truth: Any, detections: list[dict[str, Any]], coco_cls: Any, eval_cls: Any):
-    """COCOeval's 12 stats and the AP per category (area all, 100 detections)."""
-    if not detections:  # loadRes refuses an empty list: nothing detected scores 0
-        return [0.0] * len(_COCO_STATS), {}
-    result = truth.loadRes(json.loads(json.dumps(detections)))
+def _note(stats: list[float | None]) -> str:
+    """metrics.json's note: what the numbers are, and why any of them is null."""
+    note = "COCO box AP (pycocotools COCOeval, maxDets 100), fractions 0..1"
+    undefined = [k for k, v in zip(_COCO_STATS, stats, strict=True) if v is None]
+    if undefined:
+        note += (
+            f"; {', '.join(undefined)} null: the validation set has no ground-truth box of "
+            "that size (APs: area < 32^2 px, APm: 32^2 to 96^2, APl: > 96^2, AP: any), so "
+            "pycocotools reports -1: the AP is undefined, not 0"
+        )
+    return note
+
+
+def _coco_eval(
+    truth: Any, detections: list[dict[str, Any]], coco_cls: Any, eval_cls: Any
+) -> tuple[list[float | None], dict[int, float | str]]:
+    """COCOeval's first six stats (AP, AP50, AP75, APs, APm, APl) and the AP per category
+    (area all, 100 detections). A stat COCOeval reports as -1 (no ground truth of that size,
+    so no precision to average) is None: undefined, not 0; so is a category's AP ("" in the
+    table) when the category has no ground truth."""
+    if detections:
+        result = truth.loadRes(json.loads(json.dumps(detections)))
+    else:  # loadRes refuses an empty list: an empty result set scores 0 where there is truth
+        result = coco_cls()
+        result.dataset = {
+            "images": list(truth.dataset["images"]),
+            "categories": list(truth.dataset["categories"]),
+            "annotations": [],
+        }
+        result.createIndex()
     coco_eval = eval_cls(truth, result, iouType="bbox")
     coco_eval.evaluate()
     coco_eval.accumulate()
     coco_eval.summarize()
     precision = coco_eval.eval["precision"]  # [iou thresholds, recall, category, area, maxDets]
-    per_category = {}
+    per_category: dict[int, float | str] = {}
     for k, cat_id in enumerate(coco_eval.params.catIds):
         p = precision[:, :, k, 0, -1]
         valid = p[p > -1]
         per_category[cat_id] = round(float(np.mean(valid)), 6) if valid.size else ""
-    return [max(0.0, s) for s in coco_eval.stats[: len(_COCO_STATS)]], per_category
+    stats = [None if s <= -1 else round(float(s), 6) for s in coco_eval.stats[: len(_COCO_STATS)]]
+    return stats, per_category
