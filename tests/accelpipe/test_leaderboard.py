@@ -14,7 +14,9 @@ from accelpipe.leaderboard import rank_runs
 KEYS = ["model.decoder", "train.lr"]
 
 
-def _run(root: Path, name: str, miou: float, decoder: str, lr: float, median: float | None) -> Path:
+def _run(
+    root: Path, name: str, miou: float | None, decoder: str, lr: float, median: float | None
+) -> Path:
     """A published run folder with the files the grid reads (as publish writes them)."""
     run = root / name
     run.mkdir(parents=True)
@@ -73,3 +75,16 @@ def test_a_run_without_performance_json_is_named(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"decoder-mask_lr-0p1/performance.json: file not found"):
         rank_runs([run], "segmenter", "mIoU", KEYS, tmp_path / "grid")
     assert not (tmp_path / "grid").exists()
+
+
+def test_a_null_or_nan_metric_ranks_last_and_is_plotted(tmp_path: Path) -> None:
+    """Segmenter writes mIoU null when no class is present in label or prediction."""
+    runs = [
+        _run(tmp_path, "decoder-linear_lr-0p1", float("nan"), "linear", 0.1, 50.0),
+        _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, 30.0),
+        _run(tmp_path, "decoder-mask_lr-0p01", None, "mask", 0.01, 30.0),
+    ]
+    rows = rank_runs(runs, "segmenter", "mIoU", KEYS, tmp_path / "grid")
+    assert rows[0]["run"] == "decoder-mask_lr-0p1"
+    assert {r["run"] for r in rows[1:]} == {"decoder-linear_lr-0p1", "decoder-mask_lr-0p01"}
+    assert (tmp_path / "grid/grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

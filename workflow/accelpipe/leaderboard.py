@@ -40,6 +40,12 @@ def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str
     }
 
 
+def _undefined(value: Any) -> bool:
+    """A metric that is null (nothing it could score, e.g. no class present) or NaN: such a
+    run ranks last, and its bar is empty."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def rank_runs(
     run_dirs: list[Path], workload: str, metric: str, keys: list[str], out: Path
 ) -> list[dict[str, Any]]:
@@ -47,7 +53,7 @@ def rank_runs(
     (best first; ties keep run-name order)."""
     rows = sorted(
         (_row(d, workload, metric, keys) for d in sorted(run_dirs)),
-        key=lambda r: -r[metric] if not math.isnan(r[metric]) else math.inf,
+        key=lambda r: math.inf if _undefined(r[metric]) else -r[metric],
     )
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank
@@ -70,7 +76,7 @@ def _plot(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
     names = [r["run"] for r in rows][::-1]
     height = 1.2 + 0.35 * len(rows)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
-    left.barh(names, [r[metric] for r in rows][::-1], color="tab:blue")
+    left.barh(names, [0 if _undefined(r[metric]) else r[metric] for r in rows][::-1])
     left.set_xlabel(metric)
     right.barh(names, [r["samples_per_s"] or 0 for r in rows][::-1], color="tab:gray")
     right.set_xlabel("samples/s (median)")
