@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import zipfile
 from pathlib import Path
@@ -32,11 +33,14 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def section(count: int, cpu: list[float], kern=None, span=None, busy=None) -> dict:
-    """The summary entry of one section, from per-instance ms."""
+def section(count: int, host: list[float], kern=None, span=None, busy=None, host_span=None) -> dict:
+    """The summary entry of one section, from per-instance ms: ``host`` is the host busy
+    time, ``host_span`` the host span (default ``host``: a kineto ``record_function`` is
+    one interval, so both are its duration)."""
     return {
         "count": count,
-        "cpu_ms": stats(cpu),
+        "host_busy_ms": stats(host),
+        "host_span_ms": stats(host if host_span is None else host_span),
         "kernel_ms": kern and stats(kern),
         "kernel_span_ms": span and stats(span),
         "device_busy_ms": busy and stats(busy),
@@ -121,3 +125,37 @@ def zipped(src: Path, name: str | None = None) -> Path:
     with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.write(src, "trace/" + src.name)
     return dst
+
+
+# The engines' sections inside a step, first busy one wins (traces.intervals.FIRST).
+FIRST = ("loader_first", "loader_next", "forward", "loss", "backward", "optimizer_step")
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) pairs, with a plain loop."""
+    busy, reach = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        a = max(a, reach)
+        if b > a:
+            busy += b - a
+        reach = max(reach, b)
+    return busy
+
+
+def plain_breakdown(lo: float, hi: float, intervals: list[tuple[str, float, float]]) -> dict:
+    """One step ``[lo, hi]`` split among ``(name, start, end)`` intervals (of its process),
+    by the rule written out instant by instant: cut the step at every interval edge; each
+    piece goes to the first name of FIRST with an interval over it, else to the interval
+    over it that started last (then ended first), else to None. Returns µs per name."""
+    cuts = sorted({lo, hi, *(t for _, s, e in intervals for t in (s, e) if lo < t < hi)})
+    out: dict = {}
+    for a, b in itertools.pairwise(cuts):
+        over = [(name, s, e) for name, s, e in intervals if s <= a and e >= b]
+        fixed = [f for f in FIRST if any(name == f for name, _, _ in over)]
+        if fixed:
+            owner = fixed[0]
+        else:
+            rest = [iv for iv in over if iv[0] not in FIRST]
+            owner = min(rest, key=lambda iv: (-iv[1], iv[2]))[0] if rest else None
+        out[owner] = out.get(owner, 0.0) + (b - a)
+    return out

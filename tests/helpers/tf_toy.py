@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from accelpipe.config import TrainConfig
 from accelpipe.devices.tf_device import TFDevice
@@ -62,3 +63,41 @@ def make_job(cfg: TrainConfig, device: TFDevice, delay_s: float = 0.0) -> TFTrai
         ),
         facts={"toy": True},
     )
+
+
+def profile_custom_loop(logdir: Path, steps: int = 4) -> Path:
+    """A training loop written outside the pipeline, profiled the way TF's guide shows:
+    `tf.profiler.experimental.start(logdir)`, each step in
+    `Trace("step", step_num=i, _r=1)`, stop. The step is a `tf.function` with the
+    engines' name scopes and Adam (whose variable reads run while `forward` does). Returns
+    the XSpace TF wrote: `logdir/plugins/profile/<run>/<host>.xplane.pb`."""
+    tf.random.set_seed(7)
+    model = keras.Sequential(
+        [keras.layers.Input((8,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)]
+    )
+    optimizer = keras.optimizers.Adam(0.01)
+    x, y = tf.random.normal((BATCH, 8)), tf.random.normal((BATCH, 1))
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            with tf.name_scope("forward"):
+                pred = model(x, training=True)
+            with tf.name_scope("loss"):
+                loss = tf.reduce_mean(tf.square(pred - y))
+        with tf.name_scope("backward"):
+            grads = tape.gradient(loss, model.trainable_variables)
+        with tf.name_scope("optimizer_step"):
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    train_step(x, y)  # trace and build the optimizer's slots before profiling
+    tf.profiler.experimental.start(str(logdir))
+    try:
+        for i in range(1, steps + 1):
+            with tf.profiler.experimental.Trace("step", step_num=i, _r=1):
+                train_step(x, y)
+    finally:
+        tf.profiler.experimental.stop()
+    (xplane,) = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
+    return xplane

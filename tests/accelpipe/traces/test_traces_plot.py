@@ -1,4 +1,5 @@
-"""The stacked step breakdown (accelpipe.traces.plot): a step's parts add up to the step."""
+"""The stacked step breakdown (accelpipe.traces.plot): a step's parts, from the summary's
+step_breakdown, add up to the step; a summary written before it is split by section means."""
 
 from __future__ import annotations
 
@@ -21,41 +22,74 @@ from tests.helpers.chrome_traces import section, step_stats
 from tests.helpers.run_folders import SECTIONS_MS, STEP_MS, trace_summary
 
 
-def test_the_parts_are_the_sections_means_and_other_the_rest_of_the_step() -> None:
-    parts = step_parts(trace_summary())
-    assert parts.step_ms == STEP_MS
-    for part, name in PARTS:
-        assert parts.parts[part] == SECTIONS_MS[name]
-    children = sum(SECTIONS_MS[name] for _, name in PARTS)
-    assert parts.parts["other"] == pytest.approx(STEP_MS - children)
-    assert sum(parts.parts.values()) == pytest.approx(parts.step_ms)
+def _with_breakdown(shares: dict[str, float], no_section: float = 0.5) -> dict:
+    """A summary whose step_breakdown has ``shares`` (ms per step) and ``no_section``."""
+    step = sum(shares.values()) + no_section
+    breakdown = {"steps": 2, "step_ms": step, "sections_ms": shares, "no_section_ms": no_section}
+    return trace_summary(step_ms=step) | {"step_breakdown": breakdown}
+
+
+SHARES = {"loader_first": 1.0, "loader_next": 2.0, "forward": 4.0, "loss": 1.0}
+SHARES |= {"backward": 6.0, "optimizer_step": 3.0, "step": 2.0, "Optimizer.zero_grad": 0.5}
+
+
+def test_the_parts_are_the_step_breakdown_and_add_up_to_the_step() -> None:
+    parts = step_parts(_with_breakdown(SHARES))
+    assert parts.step_ms == 20.0
+    assert parts.parts == {
+        "data_wait": 3.0,  # loader_first + loader_next
+        "forward": 4.0,
+        "loss": 1.0,
+        "backward": 6.0,
+        "optimizer_step": 3.0,
+        "other": 3.0,  # step 2.0 + Optimizer.zero_grad 0.5 + no section 0.5
+    }
+    assert sum(parts.parts.values()) == parts.step_ms
     assert list(parts.parts) == list(PART_NAMES)
     assert "2 complete profiler steps" in parts.note
 
 
-def test_without_a_complete_profiler_step_the_step_is_loader_next_plus_the_step_section() -> None:
+def test_a_part_the_steps_lack_counts_as_zero_and_the_note_names_it() -> None:
+    parts = step_parts(_with_breakdown({k: v for k, v in SHARES.items() if k != "loss"}))
+    assert parts.parts["loss"] == 0.0
+    assert sum(parts.parts.values()) == pytest.approx(parts.step_ms)
+    assert "no loss time" in parts.note
+
+
+def test_without_a_complete_step_there_are_no_parts() -> None:
+    assert step_parts(trace_summary(step_ms=None) | {"step_breakdown": None}) is None
+
+
+# A summary written before the step breakdown (no step_breakdown key): section means.
+
+
+def test_a_summary_without_a_breakdown_is_split_by_its_section_means() -> None:
+    parts = step_parts(trace_summary())
+    assert parts.step_ms == STEP_MS
+    for part, name in PARTS[1:]:
+        assert parts.parts[part] == SECTIONS_MS[name]
+    children = sum(SECTIONS_MS[name] for _, name in PARTS[1:])
+    assert parts.parts["other"] == pytest.approx(STEP_MS - children)
+    assert sum(parts.parts.values()) == pytest.approx(parts.step_ms)
+    assert list(parts.parts) == list(PART_NAMES)
+    assert "from section means" in parts.note
+
+
+def test_without_a_breakdown_or_a_profiler_step_the_step_is_loader_next_plus_step() -> None:
     parts = step_parts(trace_summary(step_ms=None))
     assert parts.step_ms == SECTIONS_MS["loader_next"] + SECTIONS_MS["step"]
     assert sum(parts.parts.values()) == pytest.approx(parts.step_ms)
     assert "no complete profiler step" in parts.note
 
 
-def test_a_part_the_trace_lacks_counts_as_zero_and_the_note_names_it() -> None:
-    sections = {k: v for k, v in SECTIONS_MS.items() if k != "loss"}
-    parts = step_parts(trace_summary(sections=sections))
-    assert parts.parts["loss"] == 0.0
-    assert sum(parts.parts.values()) == pytest.approx(STEP_MS)
-    assert "no loss section" in parts.note
-
-
-def test_parts_longer_than_the_step_leave_other_at_zero_and_say_so() -> None:
+def test_section_means_longer_than_the_step_leave_other_at_zero_and_say_so() -> None:
     parts = step_parts(trace_summary(step_ms=5.0))
     assert parts.parts["other"] == 0.0
     assert parts.step_ms == pytest.approx(sum(parts.parts.values()))
     assert "more than the step" in parts.note
 
 
-def test_no_step_and_no_step_section_has_no_parts() -> None:
+def test_no_breakdown_no_step_and_no_step_section_has_no_parts() -> None:
     assert step_parts(trace_summary(step_ms=None, sections={"forward": 1.0})) is None
 
 
@@ -63,7 +97,7 @@ def test_each_bar_is_its_parts_stacked_end_to_end() -> None:
     fig = Figure()
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    runs = [step_parts(trace_summary()), None, step_parts(trace_summary(step_ms=30.0))]
+    runs = [step_parts(_with_breakdown(SHARES)), None, step_parts(trace_summary(step_ms=30.0))]
     draw_step_bars(ax, ["a", "b", "c"], runs)
     for row, run in enumerate(runs):
         bars = sorted(

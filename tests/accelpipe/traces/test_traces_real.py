@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from accelpipe.traces import summarize_traces
-from tests.helpers.chrome_traces import assert_close, gzipped, stats, without_paths, zipped
+from tests.helpers.chrome_traces import (
+    assert_close,
+    gzipped,
+    plain_breakdown,
+    stats,
+    without_paths,
+    zipped,
+)
 
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces"
 REAL = {
@@ -86,7 +93,8 @@ def _summary_of(instances: dict[str, list[dict]]) -> dict:
         busy = [r["busy"] / 1e3 for r in rows]
         want[name] = {
             "count": len(rows),
-            "cpu_ms": stats([r["cpu"] / 1e3 for r in rows]),
+            "host_busy_ms": stats([r["cpu"] / 1e3 for r in rows]),  # one interval each
+            "host_span_ms": stats([r["cpu"] / 1e3 for r in rows]),
             "kernel_ms": stats([r["kern"] / 1e3 for r in rows]) if has else None,
             "kernel_span_ms": stats(span) if has else None,
             "device_busy_ms": stats(busy) if any(busy) else None,
@@ -124,6 +132,42 @@ def test_shared_gpu_traces_match_an_independent_reading(name: str) -> None:
     kept = steps[:-1] if last_incomplete else steps
     assert summary["steps"]["incomplete_left_out"] == int(last_incomplete)
     assert_close(summary["steps"]["ms"], stats([s["dur"] / 1e3 for s in kept]))
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_shared_traces_step_breakdown_adds_up_to_the_step(name: str) -> None:
+    """Each instant of a complete step counted once, as a plain instant-by-instant reading
+    of the sections in the step's process splits it; the parts add up to the step."""
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (the shared test data lives beside the project)")
+    events = _load(path)
+    summary = summarize_traces([path])
+    breakdown = summary["step_breakdown"]
+    if summary["steps"] is None:
+        assert breakdown is None
+        return
+    annotations = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"]
+    steps = sorted(
+        (e for e in annotations if e["name"].startswith("ProfilerStep#")), key=lambda s: s["ts"]
+    )
+    kept = steps[: summary["steps"]["count"]]  # an incomplete step can only be the last
+    sections = [e for e in annotations if not e["name"].startswith("ProfilerStep#")]
+    want: dict = defaultdict(float)
+    for step in kept:
+        mine = [
+            (e["name"], e["ts"], e["ts"] + e["dur"]) for e in sections if e["pid"] == step["pid"]
+        ]
+        for part, us in plain_breakdown(step["ts"], step["ts"] + step["dur"], mine).items():
+            want[part] += us / len(kept) / 1e3
+    assert breakdown["steps"] == len(kept) > 0
+    no_section = want.pop(None, 0.0)
+    assert breakdown["sections_ms"] == pytest.approx(dict(want), abs=1e-6)
+    # no_section_ms takes up the others' rounding to 1 ns, so that they add up exactly.
+    assert breakdown["no_section_ms"] == pytest.approx(no_section, abs=1e-6 * (len(want) + 1))
+    total = sum(breakdown["sections_ms"].values()) + breakdown["no_section_ms"]
+    assert total == pytest.approx(summary["steps"]["ms"]["mean"], abs=1e-9)
+    assert breakdown["step_ms"] == summary["steps"]["ms"]["mean"]
 
 
 def test_the_rocm_trace_leaves_out_its_short_last_step() -> None:
@@ -209,7 +253,8 @@ def test_real_profile_matches_key_averages(real_profile: tuple) -> None:
         count, cpu_us = averages[name]
         section = summary["sections"][name]
         assert section["count"] == count == 3
-        assert section["cpu_ms"]["total"] * 1000 == pytest.approx(cpu_us, abs=0.001 * count + 0.001)
+        busy_us = section["host_busy_ms"]["total"] * 1000
+        assert busy_us == pytest.approx(cpu_us, abs=0.001 * count + 0.001)
         assert section["kernel_ms"] is None
     step_count, step_us = averages["ProfilerStep*"]
     assert summary["steps"]["count"] == step_count == 3  # a full cycle: nothing left out

@@ -42,7 +42,8 @@ def test_write_summary_writes_json_markdown_and_png(tmp_path: Path) -> None:
     png = (out / "step_breakdown.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
     markdown = (out / "summary.md").read_text()
-    assert "| forward | 2 | 0.250 | 0.500 | 0.522 |" in markdown  # kernels (1.040 + 0.005) / 2
+    # busy 0.25 (mean), 0.5 (total), span 0.25, kernels (1.040 + 0.005) / 2
+    assert "| forward | 2 | 0.250 | 0.500 | 0.250 | 0.522 |" in markdown
     assert 'odd {"} name }{' in markdown
 
 
@@ -151,7 +152,7 @@ def test_markdown_escapes_table_cells_and_handles_no_sections() -> None:
     one = stats([1.0])
     sections = {"a|b": section(1, [1.0])}
     text = render_markdown(base | {"sections": sections})
-    assert "| a\\|b | 1 | 1.000 | 1.000 | – | – | – |\n" in text
+    assert "| a\\|b | 1 | 1.000 | 1.000 | 1.000 | – | – | – |\n" in text
     assert "No `record_function` sections" in render_markdown(base | {"sections": {}})
     steps = {"count": 2, "ms": one, "incomplete_left_out": 1}
     text = render_markdown(base | {"steps": steps, "sections": {}})
@@ -168,7 +169,8 @@ def test_plot_without_steps_or_sections_is_still_a_png(tmp_path: Path) -> None:
 def test_plot_takes_dollar_signs_in_names_literally(tmp_path: Path) -> None:
     """A name like `cost $x_$` is a mathtext parse error unless the dollars are escaped."""
     one = stats([1.0])
-    sec = {"count": 1, "cpu_ms": one, "kernel_ms": one, "kernel_span_ms": one}
+    sec = {"count": 1, "host_busy_ms": one, "host_span_ms": one, "kernel_ms": one}
+    sec |= {"kernel_span_ms": one}
     summary = {"traces": [], "bytes": 0, "events": 1, "device": "cuda"}
     summary |= {"steps": {"count": 1, "ms": one}, "sections": {"cost $x_$": sec}}
     png = tmp_path / "dollar.png"

@@ -1,6 +1,8 @@
 """The summarizer reads TensorFlow trace viewer JSON (accelpipe.traces.tf_sections): real
-traces written by the TF engine (ops and XLA) checked against a plain reading of their
-events, a hand-built trace with GPU rows, and the summarize-trace stage end to end.
+traces written by the TF engine (ops and XLA) and by a loop outside the pipeline (steps
+marked by `Trace("step", step_num=i)`, given as TF's own XSpace) checked against a plain
+reading of their events, hand-built traces (GPU rows; ops whose busy time, span and step
+breakdown are known exactly), and the summarize-trace stage end to end.
 
 No torch here: `make test-tf215` runs this module under TensorFlow 2.15 too."""
 
@@ -15,9 +17,10 @@ import pytest
 
 from accelpipe.cli import main
 from accelpipe.engines.keras2 import keras
-from accelpipe.engines.tf_trainer import run_training
-from accelpipe.traces import summarize_traces, write_summary
+from accelpipe.engines.tf_trainer import run_training, xspace_to_trace_json
+from accelpipe.traces import render_markdown, summarize_traces, write_summary
 from tests.helpers import tf_toy
+from tests.helpers.chrome_traces import plain_breakdown, union_us
 
 pytestmark = pytest.mark.tensorflow
 
@@ -49,29 +52,39 @@ def xla_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _run(tmp_path_factory.mktemp("tf_xla"), compile_=True)
 
 
-def _plain(path: Path) -> dict:
-    """An independent reading: json.load and loops. Per section, the per-step CPU values
-    (Trace events: durations; op scopes: first op start to last op end per group_id)."""
-    with gzip.open(path, "rt") as f:
-        events = json.load(f)["traceEvents"]
-    steps, host, spans = [], defaultdict(list), defaultdict(dict)
+def _load(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def _plain(events: list[dict]) -> dict:
+    """An independent reading: json.load and loops (all events here are on the host).
+    Steps: events with args.step_num. Per section, per instance (Trace events: one each;
+    op scopes: one per group_id) the host busy time (union of its intervals) and span; and
+    per step, its breakdown (``plain_breakdown``) among all section intervals."""
+    steps, intervals, groups = [], [], defaultdict(lambda: defaultdict(list))
     for ev in events:
         if ev.get("ph") != "X":
             continue
-        args = ev.get("args") or {}
-        if ev["name"].startswith("train ") and ev["name"][6:].isdigit():
-            steps.append(ev["dur"])
+        args, end = ev.get("args") or {}, ev["ts"] + ev["dur"]
+        if "step_num" in args:
+            steps.append((ev["ts"], end))
         elif ev["name"] in ("loader_first", "loader_next", "step"):
-            host[ev["name"]].append(ev["dur"])
+            groups[ev["name"]][id(ev)].append((ev["ts"], end))
+            intervals.append((ev["name"], ev["ts"], end))
         elif "/" in args.get("long_name", ""):
             sec = SCOPE.get(args["long_name"].split("/")[0])
-            if sec is None:
-                continue
-            lo, hi = spans[sec].get(args["group_id"], (float("inf"), float("-inf")))
-            spans[sec][args["group_id"]] = (min(lo, ev["ts"]), max(hi, ev["ts"] + ev["dur"]))
-    for sec, groups in spans.items():
-        host[sec] = [hi - lo for lo, hi in groups.values()]
-    return {"steps": steps, "sections": dict(host)}
+            if sec is not None:
+                groups[sec][args["group_id"]].append((ev["ts"], end))
+                intervals.append((sec, ev["ts"], end))
+    sections = {
+        name: [
+            (union_us(ivs), max(e for _, e in ivs) - min(s for s, _ in ivs)) for ivs in g.values()
+        ]
+        for name, g in groups.items()
+    }
+    breakdown = [plain_breakdown(lo, hi, intervals) for lo, hi in steps]
+    return {"steps": [hi - lo for lo, hi in steps], "sections": sections, "breakdown": breakdown}
 
 
 def _check_against_plain(summary: dict, plain: dict) -> None:
@@ -81,17 +94,35 @@ def _check_against_plain(summary: dict, plain: dict) -> None:
     assert set(summary["sections"]) == set(plain["sections"])
     for name, values in plain["sections"].items():
         sec = summary["sections"][name]
+        busy, span = [b for b, _ in values], [s for _, s in values]
         assert sec["count"] == len(values), name
-        assert sec["cpu_ms"]["total"] == pytest.approx(sum(values) / 1e3, abs=1e-6), name
-        assert sec["cpu_ms"]["max"] == pytest.approx(max(values) / 1e3, abs=1e-6), name
+        assert sec["host_busy_ms"]["total"] == pytest.approx(sum(busy) / 1e3, abs=1e-6), name
+        assert sec["host_busy_ms"]["max"] == pytest.approx(max(busy) / 1e3, abs=1e-6), name
+        assert sec["host_span_ms"]["total"] == pytest.approx(sum(span) / 1e3, abs=1e-6), name
+        assert sec["host_span_ms"]["max"] == pytest.approx(max(span) / 1e3, abs=1e-6), name
         assert sec["kernel_ms"] is None and sec["device_busy_ms"] is None
+    # The breakdown: the plain one's mean per step, and its parts add up to the step.
+    n, breakdown = len(plain["breakdown"]), summary["step_breakdown"]
+    want = defaultdict(float)
+    for step in plain["breakdown"]:
+        for name, us in step.items():
+            want[name] += us / n / 1e3
+    assert breakdown["steps"] == n
+    # no_section_ms takes up the others' rounding to 1 ns, so that they add up exactly.
+    assert breakdown["no_section_ms"] == pytest.approx(want.pop(None, 0.0), abs=5e-6)
+    assert set(breakdown["sections_ms"]) == set(want)
+    for name, ms in want.items():
+        assert breakdown["sections_ms"][name] == pytest.approx(ms, abs=1e-6), name
+    parts = sum(breakdown["sections_ms"].values()) + breakdown["no_section_ms"]
+    assert parts == pytest.approx(summary["steps"]["ms"]["mean"], abs=1e-9)
+    assert breakdown["step_ms"] == summary["steps"]["ms"]["mean"]
 
 
 def test_a_real_tf_trace_with_ops_gives_every_section(eager_traces: Path) -> None:
     (path,) = sorted(eager_traces.glob("*.json.gz"))
     summary = summarize_traces([path])
     assert summary["format"] == "tf-trace-viewer" and summary["device"] == "cpu"
-    plain = _plain(path)
+    plain = _plain(_load(path))
     assert {"loader_next", "step", "forward", "loss", "backward", "optimizer_step"} <= set(
         plain["sections"]
     )
@@ -103,7 +134,7 @@ def test_a_real_tf_trace_with_ops_gives_every_section(eager_traces: Path) -> Non
 def test_a_real_xla_tf_trace_reports_only_host_sections_and_says_why(xla_traces: Path) -> None:
     (path,) = sorted(xla_traces.glob("*.json.gz"))
     summary = summarize_traces([path])
-    plain = _plain(path)
+    plain = _plain(_load(path))
     assert set(plain["sections"]) == {"loader_next", "step"}
     _check_against_plain(summary, plain)
     assert any("XLA" in note for note in summary["notes"])
@@ -120,6 +151,65 @@ def test_the_stage_writes_summary_json_md_and_png_for_a_tf_run(
     md = (out / "summary.md").read_text()
     assert "| forward |" in md and "| backward |" in md and "Note: TensorFlow trace" in md
     assert (out / "step_breakdown.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- a loop outside the pipeline: TF's XSpace, steps marked by Trace("step", step_num=i) --
+
+
+@pytest.fixture(scope="module")
+def custom_loop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The profiler's log folder; its XSpace is at plugins/profile/<run>/<host>.xplane.pb."""
+    logdir = tmp_path_factory.mktemp("tf_custom") / "logs"
+    tf_toy.profile_custom_loop(logdir, steps=4)
+    return logdir
+
+
+def test_steps_are_the_trace_mes_with_a_step_num(custom_loop: Path) -> None:
+    (xplane,) = custom_loop.glob("plugins/profile/*/*.xplane.pb")
+    summary = summarize_traces([xplane])  # converted by the TF engine's xprof conversion
+    assert summary["traces"] == [str(xplane)] and summary["format"] == "tf-trace-viewer"
+    assert summary["steps"]["count"] == 4
+    events = json.loads(xspace_to_trace_json(xplane))["traceEvents"]
+    names = {e["name"] for e in events if "step_num" in (e.get("args") or {})}
+    assert names == {f"step {i}" for i in range(1, 5)}  # no `train <n>` anywhere
+    _check_against_plain(summary, _plain(events))
+    secs = summary["sections"]
+    assert {"forward", "loss", "backward", "optimizer_step"} == set(secs)
+    for sec in secs.values():
+        assert sec["host_busy_ms"]["total"] <= sec["host_span_ms"]["total"] + 1e-9
+    # Adam reads its variables while forward runs: the span holds far more than its ops.
+    opt = secs["optimizer_step"]
+    assert opt["host_busy_ms"]["total"] < opt["host_span_ms"]["total"]
+    md = render_markdown(summary)
+    assert "- Steps: 4, mean" in md and "| (no section) |" in md
+
+
+def test_the_stage_converts_a_folder_of_xplane_files(custom_loop: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    assert main(["summarize-trace", "--traces", str(custom_loop), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
+    (xplane,) = custom_loop.glob("plugins/profile/*/*.xplane.pb")
+    assert summary["traces"] == [str(xplane)] and summary["steps"]["count"] == 4
+    breakdown = summary["step_breakdown"]
+    parts = sum(breakdown["sections_ms"].values()) + breakdown["no_section_ms"]
+    assert parts == pytest.approx(summary["steps"]["ms"]["mean"], abs=1e-9)
+    stage = json.loads((out / "stage.json").read_text())
+    assert stage["traces"] == [str(xplane.relative_to(custom_loop))]
+    assert "## Step breakdown" in (out / "summary.md").read_text()
+    assert not list(xplane.parent.glob("*.json*"))  # xprof wrote no cache files beside it
+
+
+def test_an_unreadable_xplane_is_one_error_naming_it(tmp_path: Path) -> None:
+    from accelpipe.errors import DataError
+
+    bad = tmp_path / "plugins" / "profile" / "run" / "host.xplane.pb"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not a protobuf \x00\x01\x02")
+    with pytest.raises(DataError, match=r"host\.xplane\.pb: xprof could not read"):
+        summarize_traces([bad])
+    out = tmp_path / "out"
+    assert main(["summarize-trace", "--traces", str(tmp_path), "--out", str(out)]) != 0
+    assert not out.exists()
 
 
 # -- a hand-built trace with GPU rows -------------------------------------------------------
@@ -188,7 +278,8 @@ def test_a_tf_trace_with_gpu_rows_gives_kernel_time_per_section(tmp_path: Path) 
     for name in ("forward", "loss", "backward", "optimizer_step"):
         sec = secs[name]
         assert sec["count"] == 2
-        assert sec["cpu_ms"]["total"] == pytest.approx(0.020)  # one 10 µs op per step
+        assert sec["host_busy_ms"]["total"] == pytest.approx(0.020)  # one 10 µs op per step
+        assert sec["host_span_ms"]["total"] == pytest.approx(0.020)
         assert sec["kernel_ms"]["total"] == pytest.approx(0.100)  # (30 + 20) µs per step
         assert sec["kernel_span_ms"]["mean"] == pytest.approx(0.040)  # k .. k + 40
         assert sec["device_busy_ms"]["mean"] == pytest.approx(0.040)  # union, not the sum

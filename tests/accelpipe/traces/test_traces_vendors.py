@@ -282,7 +282,7 @@ def test_hpu_trace_counts_device_ops_and_attributes_them_by_overlap(tmp_path: Pa
     assert_close(summary["device_activity"], _activity(9, 0.77, memcpy=(2, 0.02), orphans=9))
     markdown = traces.render_markdown(summary)
     assert "Kernels not joined to a launch (no correlation): 9 of 9" in markdown
-    assert "| step | 2 | 0.890 | 1.780 | – | – | 0.320 |" in markdown
+    assert "| step | 2 | 0.890 | 1.780 | 0.890 | – | – | 0.320 |" in markdown
 
 
 @pytest.mark.parametrize(
@@ -351,7 +351,7 @@ def test_sections_are_counted_once_despite_device_mirrors(
         ]
     summary = summarize_traces([_write(tmp_path / "m.json", events)])
     assert summary["sections"]["forward"]["count"] == 3
-    assert_close(summary["sections"]["forward"]["cpu_ms"], stats([0.1, 0.101, 0.102]))
+    assert_close(summary["sections"]["forward"]["host_busy_ms"], stats([0.1, 0.101, 0.102]))
     assert list(summary["sections"]) == ["forward"]
 
 
@@ -459,21 +459,38 @@ def test_real_swinunetr_cpu_trace(swinunetr_trace: Path) -> None:
     for name, count in counts.items():
         section = sections[name]
         assert section["count"] == count, name
-        assert section["cpu_ms"]["min"] > 0, name
+        assert section["host_busy_ms"]["min"] > 0, name
         assert section["kernel_ms"] is None and section["kernel_span_ms"] is None
         assert section["device_busy_ms"] is None
     # forward, loss, backward and optimizer_step are nested in step; step and the loader in
     # ProfilerStep#N.
     nested = sum(
-        sections[n]["cpu_ms"]["total"] for n in ("forward", "loss", "backward", "optimizer_step")
+        sections[n]["host_busy_ms"]["total"]
+        for n in ("forward", "loss", "backward", "optimizer_step")
     )
-    assert sections["step"]["cpu_ms"]["total"] > nested
-    assert sections["backward"]["cpu_ms"]["max"] < sections["step"]["cpu_ms"]["max"]
+    assert sections["step"]["host_busy_ms"]["total"] > nested
+    assert sections["backward"]["host_busy_ms"]["max"] < sections["step"]["host_busy_ms"]["max"]
     steps = summary["steps"]
     assert steps["count"] == 2 and steps["ms"]["min"] > 0
     loaders = (
-        sections["loader_first"]["cpu_ms"]["total"] + sections["loader_next"]["cpu_ms"]["total"]
+        sections["loader_first"]["host_busy_ms"]["total"]
+        + sections["loader_next"]["host_busy_ms"]["total"]
     )
-    assert steps["ms"]["total"] > sections["step"]["cpu_ms"]["total"] + loaders
+    assert steps["ms"]["total"] > sections["step"]["host_busy_ms"]["total"] + loaders
+    # The breakdown: one thread, so the engine's sections (disjoint, all inside the steps)
+    # keep their whole time; zero_grad (in step, outside its parts) its own; step the rest
+    # of itself; and the parts add up to the step.
+    breakdown = summary["step_breakdown"]
+    shares = breakdown["sections_ms"]
+    assert breakdown["steps"] == 2
+    for name in counts.keys() - {"step"}:
+        assert shares[name] == pytest.approx(sections[name]["host_busy_ms"]["total"] / 2, abs=2e-6)
+    zero_grad = "Optimizer.zero_grad#SGD.zero_grad"
+    assert shares[zero_grad] == pytest.approx(sections[zero_grad]["host_busy_ms"]["mean"], abs=2e-6)
+    inside = sum(shares[n] for n in ("forward", "loss", "backward", "optimizer_step", zero_grad))
+    step_alone = sections["step"]["host_busy_ms"]["mean"] - inside
+    assert shares["step"] == pytest.approx(step_alone, abs=1e-5)
+    total = sum(shares.values()) + breakdown["no_section_ms"]
+    assert total == pytest.approx(steps["ms"]["mean"], abs=1e-9)
     assert summary["device_activity"]["kernel"]["count"] == 0
     assert summary["device_activity"]["kernels_without_launch"] == 0

@@ -1,5 +1,12 @@
 """`summarize-trace`: one summary of a run's profiler traces, with the profiler's own tables
-and memory snapshot that the train stage left beside them."""
+and memory snapshot that the train stage left beside them.
+
+The folder holds Chrome traces (`*.json`, `*.json.gz`, `*.zip`: kineto, or TF trace viewer
+JSON) or, from TensorFlow's profiler outside the pipeline, XSpace files anywhere under it
+(`plugins/profile/<run>/<host>.xplane.pb`), which the summarizer converts with xprof. A
+folder with both kinds is refused: they may be one profile in its two forms (the TF engine
+writes both), which would count every event twice.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from accelpipe import provenance, traces
 from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, PROFILER_TABLES
 from accelpipe.errors import AccelpipeError
 from accelpipe.io import atomic_path
+from accelpipe.traces.summary import XPLANE_SUFFIX
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".zip")
 
@@ -19,15 +27,30 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".zip")
 def run_summarize_trace(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     folder = Path(args.traces)
-    paths = sorted(p for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES))
-    if not paths:
-        raise AccelpipeError(f"{args.traces}: no trace files (*.json, *.json.gz, *.zip)")
+    paths = trace_files(folder)
     with atomic_path(args.out) as tmp:
         traces.write_summary(paths, tmp)
         copied = copy_profiler_outputs(folder, tmp)
-        provenance.write_stage(
-            tmp, "trace", started, traces=[p.name for p in paths], profiler_outputs=copied
+        names = [str(p.relative_to(folder)) for p in paths]
+        provenance.write_stage(tmp, "trace", started, traces=names, profiler_outputs=copied)
+
+
+def trace_files(folder: Path) -> list[Path]:
+    """The Chrome traces in `folder`, else the XSpace files under it (module docstring)."""
+    chrome = sorted(p for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES))
+    xspace = sorted(folder.rglob(f"*{XPLANE_SUFFIX}"))
+    if chrome and xspace:
+        raise AccelpipeError(
+            f"{folder}: holds Chrome traces ({chrome[0].name}, ...) and TensorFlow XSpace "
+            f"files ({xspace[0].relative_to(folder)}, ...); give a folder with one kind, or "
+            "every event is counted twice"
         )
+    if not chrome and not xspace:
+        raise AccelpipeError(
+            f"{folder}: no trace files (*.json, *.json.gz, *.zip, or TensorFlow's "
+            f"plugins/profile/<run>/<host>{XPLANE_SUFFIX})"
+        )
+    return chrome or xspace
 
 
 def copy_profiler_outputs(folder: Path, out: Path) -> list[str]:

@@ -15,14 +15,20 @@ event list. The modules, in the order data flows through them:
   Perfetto and other chrome traces are refused.
 * ``join``: kernels to launches (correlation) to sections (time window in the same process,
   any thread: backward kernels are launched from the autograd thread), and device busy time.
+* ``intervals``: the one definition of busy time (union of a section's intervals) and span
+  (first start to last end) for kineto and TF alike, and the step breakdown, which gives
+  each instant of a step to one section so that the parts add up to the step.
 * ``memory``: torch's ``[memory]`` events (``profile_memory=True``), found by name, and the
   peak allocated bytes per device while each section is open.
-* ``steps``: which ``ProfilerStep#N`` are complete (the last one of a file may not be).
+* ``steps``: which ``ProfilerStep#N`` (or TF step markers) are complete (the last one of a
+  file may not be).
 * ``stats``: pooling files, millisecond statistics, the summary dict; ``summary``: the
   public entry points; ``markdown`` and ``plot``: the report and the chart.
 
 A *section* is a CPU ``user_annotation`` ``X`` event (``record_function``) other than
-``ProfilerStep#N``, counted once per instance; device mirrors of annotations never are.
+``ProfilerStep#N``, counted once per instance; device mirrors of annotations never are. (A
+TF trace's sections: ``tf_sections``.) TensorFlow's own profiler output (``*.xplane.pb``)
+is converted to trace viewer JSON first, by the TF engine's xprof conversion.
 Timestamps in chrome traces are microseconds; every reported duration is milliseconds.
 """
 

@@ -18,11 +18,12 @@
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from accelpipe.traces.intervals import busy_and_span, covered, slot_owners
 
 if TYPE_CHECKING:  # collect imports memory, which imports this module
     from accelpipe.traces.collect import FileEvents
@@ -30,15 +31,18 @@ if TYPE_CHECKING:  # collect imports memory, which imports this module
 
 @dataclass
 class Instances:
-    """One file's section instances with their joined device figures (µs)."""
+    """One file's section instances with their figures (µs): host busy time and span
+    (``intervals``: for a kineto ``record_function``, both its duration), and the joined
+    device figures."""
 
     name: np.ndarray  # name ids (FileEvents.names)
     pid: np.ndarray  # process ids (FileEvents.pid_of)
     start: np.ndarray
-    cpu: np.ndarray
+    host_busy: np.ndarray
+    host_span: np.ndarray
     kernel: np.ndarray
-    span: np.ndarray
-    busy: np.ndarray
+    kernel_span: np.ndarray
+    device_busy: np.ndarray
     has_kernels: np.ndarray  # bool: at least one kernel joined
 
 
@@ -62,14 +66,17 @@ def join_file(fe: FileEvents) -> tuple[Instances, int]:
     sec_pid = fe.pid_of(sec_thread[keep])
     names = np.frombuffer(fe.sec_name, np.int32)[keep]
     start = np.frombuffer(fe.sec_ts, np.float64)[keep]
-    cpu = np.frombuffer(fe.sec_dur, np.float64)[keep]
-    end = start + cpu
+    end = start + np.frombuffer(fe.sec_dur, np.float64)[keep]
+    # Each record_function is an instance of one interval: busy time and span by the one
+    # definition (both its duration).
+    host = busy_and_span(np.arange(len(start)), start, end)
     launches, orphans = _launches(fe)
     kern, first, last = attribute(sec_pid, names, start, end, launches)
     has = last >= first
     span = np.where(has, last - first, 0.0)
     busy = busy_within(fe, start, end)
-    return Instances(names, sec_pid, start, cpu, kern, span, busy, has), orphans
+    host_span = host.last - host.first
+    return Instances(names, sec_pid, start, host.busy, host_span, kern, span, busy, has), orphans
 
 
 def _launches(fe: FileEvents) -> tuple[_Launches, int]:
@@ -170,32 +177,6 @@ def _group(
     return kern, first, last
 
 
-def slot_owners(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct boundary points ``p`` (m of them) and the innermost instance (index into the
-    start-sorted input, or -1) of each of 2m + 1 slots: before ``p[0]``, at ``p[0]``,
-    between ``p[0]`` and ``p[1]``, at ``p[1]``, ..., after ``p[-1]``.
-
-    A sweep with a heap keyed (latest start, earliest end); entries that have ended are
-    dropped lazily when they reach the top. Only runs for names whose instances overlap.
-    """
-    points = np.unique(np.concatenate((start, end)))
-    owners = np.full(2 * len(points) + 1, -1, np.int64)
-    starts, ends = start.tolist(), end.tolist()
-    heap: list[tuple[float, float, int]] = []
-    nxt = 0
-    for j, p in enumerate(points.tolist()):
-        while nxt < len(starts) and starts[nxt] <= p:
-            heapq.heappush(heap, (-starts[nxt], ends[nxt], nxt))
-            nxt += 1
-        while heap and heap[0][1] < p:  # ended before p
-            heapq.heappop(heap)
-        owners[2 * j + 1] = heap[0][2] if heap else -1
-        while heap and heap[0][1] <= p:  # ends at p: not in the open stretch after it
-            heapq.heappop(heap)
-        owners[2 * j + 2] = heap[0][2] if heap else -1
-    return points, owners
-
-
 def range_reduce(
     ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray, empty: float
 ) -> np.ndarray:
@@ -213,27 +194,5 @@ def busy_within(fe: FileEvents, start: np.ndarray, end: np.ndarray) -> np.ndarra
     """Time in each ``[start, end]`` covered by at least one kernel (any device or stream)."""
     if not len(fe.kern_ts) or not len(start):
         return np.zeros(len(start))
-    ts = np.frombuffer(fe.kern_ts, np.float64)
-    order = np.argsort(ts, kind="stable")
-    k_start = ts[order]
-    k_end = np.frombuffer(fe.kern_dur, np.float64)[order]
-    del order  # a few arrays the size of the kernel columns at a time: they can be large
-    np.maximum(k_end, 0.0, out=k_end)
-    k_end += k_start
-    # Merge overlapping kernels into disjoint busy intervals.
-    reach = np.maximum.accumulate(k_end)
-    opens = np.flatnonzero(k_start[1:] > reach[:-1])
-    del reach
-    opens += 1
-    opens = np.concatenate(([0], opens))
-    b_start = k_start[opens]
-    b_end = np.maximum.reduceat(k_end, opens)
-    del k_start, k_end, opens
-    before = np.concatenate(([0.0], np.cumsum(b_end - b_start)))
-
-    def covered(t: np.ndarray) -> np.ndarray:  # busy time in (-inf, t]
-        k = np.searchsorted(b_start, t, side="right")  # intervals starting at or before t
-        over = np.where(k > 0, b_end[np.maximum(k - 1, 0)] - t, 0.0)
-        return before[k] - np.maximum(over, 0.0)
-
-    return np.maximum(covered(end) - covered(start), 0.0)
+    k_start = np.frombuffer(fe.kern_ts, np.float64)
+    return covered(k_start, k_start + np.frombuffer(fe.kern_dur, np.float64), start, end)

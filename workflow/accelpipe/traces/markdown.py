@@ -35,7 +35,7 @@ def _facts(summary: dict) -> list[str]:
 
 def _steps_line(steps: dict | None) -> str:
     if not steps:
-        return "- Steps: none (no ProfilerStep#N or TensorFlow train <n> step markers)"
+        return "- Steps: none (no ProfilerStep#N, nor TensorFlow events with a step_num)"
     left_out = steps.get("incomplete_left_out") or 0
     note = (
         f" ({left_out} incomplete last step{'s' if left_out != 1 else ''} left out)"
@@ -51,26 +51,65 @@ def _steps_line(steps: dict | None) -> str:
     )
 
 
+SECTION_LEGEND = (
+    "Host busy: the time the section runs on the host (a `record_function` or TF `Trace` "
+    "event: its duration; a TF name scope: the union of its ops, concurrent ops counted "
+    "once). Host span: its first start to its last end. Kernel: summed kernel time; kernel "
+    "span: first kernel start to last kernel end; device busy: time a kernel ran while it "
+    "was open (a TF name scope: its own kernels). Sections nest and overlap, so none of "
+    "these add up to the step; the step breakdown does."
+)
+BREAKDOWN_LEGEND = (
+    "Each instant of a complete step counted once, so the rows add up to the step: it goes "
+    "to the first busy one of loader_first, loader_next, forward, loss, backward, "
+    "optimizer_step, else to the innermost other section open then (the latest started), "
+    "else to no section."
+)
+
+
 def render_markdown(summary: dict) -> str:
-    """A short report: header facts, step times and a section table."""
+    """A short report: header facts, step times, the step breakdown and a section table."""
     lines = ["# Profiler trace summary", "", *_facts(summary), ""]
+    lines += _breakdown_table(summary.get("step_breakdown"))
     if not summary["sections"]:
         lines.append("No `record_function` sections in the trace.")
         return "\n".join(lines) + "\n"
+    lines += ["## Sections (per instance)", "", SECTION_LEGEND, ""]
     lines.append(
-        "| Section | Count | CPU mean ms | CPU total ms | Kernel mean ms | Kernel span mean ms "
-        "| Device busy mean ms |"
+        "| Section | Count | Host busy mean ms | Host busy total ms | Host span mean ms "
+        "| Kernel mean ms | Kernel span mean ms | Device busy mean ms |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, sec in summary["sections"].items():
         kern, span, busy = sec["kernel_ms"], sec["kernel_span_ms"], sec.get("device_busy_ms")
         lines.append(
-            f"| {_cell(name)} | {sec['count']} | {_fmt(sec['cpu_ms']['mean'])} | "
-            f"{_fmt(sec['cpu_ms']['total'])} | {_fmt(kern and kern['mean'])} | "
-            f"{_fmt(span and span['mean'])} | {_fmt(busy and busy['mean'])} |"
+            f"| {_cell(name)} | {sec['count']} | {_fmt(sec['host_busy_ms']['mean'])} | "
+            f"{_fmt(sec['host_busy_ms']['total'])} | {_fmt(sec['host_span_ms']['mean'])} | "
+            f"{_fmt(kern and kern['mean'])} | {_fmt(span and span['mean'])} | "
+            f"{_fmt(busy and busy['mean'])} |"
         )
     lines += _memory_table(summary.get("memory"))
     return "\n".join(lines) + "\n"
+
+
+def _breakdown_table(breakdown: dict | None) -> list[str]:
+    """The mean step split into parts that add up to it; nothing without complete steps."""
+    if not breakdown:
+        return []
+    step = breakdown["step_ms"]
+    rows = [*breakdown["sections_ms"].items(), ("(no section)", breakdown["no_section_ms"])]
+    lines = [
+        f"## Step breakdown (mean of {breakdown['steps']} complete steps: {_fmt(step)} ms)",
+        "",
+        BREAKDOWN_LEGEND,
+        "",
+        "| Part | ms per step | % of step |",
+        "|---|---:|---:|",
+    ]
+    for name, ms in rows:
+        share = f"{100 * ms / step:.1f}" if step > 0 else "–"
+        lines.append(f"| {_cell(name)} | {_fmt(ms)} | {share} |")
+    return [*lines, ""]
 
 
 def _mib(value: int | None) -> str:

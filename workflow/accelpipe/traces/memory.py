@@ -162,7 +162,7 @@ def instance_peaks(
     peak, inside = np.full(n, -np.inf), np.zeros(n, bool)
     order = np.lexsort((ts, pid))
     pid, ts, level = pid[order], ts[order], total[order].astype(np.float64)
-    end = inst.start + inst.cpu
+    end = inst.start + inst.host_span
     for p in np.unique(inst.pid).tolist():
         a, b = np.searchsorted(pid, [p, p + 1]).tolist()
         if a == b:

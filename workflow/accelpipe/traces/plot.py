@@ -2,10 +2,13 @@
 and the trace's other sections below it.
 
 The engines record `loader_next` (waiting for the next batch) and `step` in every profiler
-step, and `forward`, `loss`, `backward`, `optimizer_step` inside `step`. A step's parts are
-those sections' mean times plus `other`, the step minus them (logging, `zero_grad`, the
-profiler's own work, what no section covers), so the parts add up to the step. The same
-parts make the per-run bars of results/compare (`step_parts`, `draw_step_bars`).
+step, and `forward`, `loss`, `backward`, `optimizer_step` inside `step`. A step's parts come
+from the summary's `step_breakdown` (`intervals.step_breakdown`: each instant of a step
+counted once): `data_wait` is `loader_first` + `loader_next`, then `forward`, `loss`,
+`backward`, `optimizer_step`, and `other` the rest of the step (`step` outside its parts:
+logging, `zero_grad`, the profiler's own work; other sections; no section), so the parts
+add up to the step. The same parts make the per-run bars of results/compare
+(`step_parts`, `draw_step_bars`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-# (part, the section it is the mean time of), in the order a step runs them.
+# (part, the section whose share of the step it is), in the order a step runs them.
 PARTS = (
+    ("data_wait", "loader_first"),
     ("data_wait", "loader_next"),
     ("forward", "forward"),
     ("loss", "loss"),
@@ -25,14 +29,14 @@ PARTS = (
     ("optimizer_step", "optimizer_step"),
 )
 OTHER = "other"
-PART_NAMES = (*(part for part, _ in PARTS), OTHER)
+PART_NAMES = (*dict.fromkeys(part for part, _ in PARTS), OTHER)
 LABELS = {
-    "data_wait": "data wait (loader_next)",
+    "data_wait": "data wait (loader_first, loader_next)",
     "forward": "forward",
     "loss": "loss",
     "backward": "backward",
     "optimizer_step": "optimizer step",
-    OTHER: "other (step minus its parts)",
+    OTHER: "other (rest of the step)",
 }
 COLORS = {
     "data_wait": "tab:red",
@@ -54,44 +58,56 @@ class StepParts:
     note: str  # what the step is measured as, and what the trace lacked
 
 
-def _mean_ms(sections: dict[str, Any], name: str, key: str = "cpu_ms") -> float | None:
+def _mean_ms(sections: dict[str, Any], name: str, key: str) -> float | None:
     stats = (sections.get(name) or {}).get(key)
     return stats["mean"] if stats else None
 
 
 def step_parts(summary: dict[str, Any]) -> StepParts | None:
-    """The mean step of a trace summary split into its parts; None without a complete
-    profiler step or a `step` section. A part the trace lacks counts as 0 (its time stays
-    in `other`, and the note says so). Should the parts' means exceed the step (they are
-    means over their own instances), `other` is 0 and the step is the parts' sum."""
+    """The mean complete step of a trace summary split into its parts (from its
+    `step_breakdown`, whose parts add up to the step); None without a complete step.
+
+    A summary written before the step breakdown existed (no `step_breakdown` key) is split
+    by `_legacy_parts`."""
+    if "step_breakdown" not in summary:
+        return _legacy_parts(summary)
+    breakdown = summary["step_breakdown"]
+    if not breakdown:
+        return None
+    shares = breakdown["sections_ms"]
+    parts = dict.fromkeys(PART_NAMES, 0.0)
+    for part, name in PARTS:
+        parts[part] += shares.get(name, 0.0)
+    step = breakdown["step_ms"]
+    parts[OTHER] = round(step - sum(parts.values()), 6)  # `step` alone, other sections, none
+    missing = [name for _, name in PARTS[1:] if name not in shares]
+    notes = [f"the mean of {breakdown['steps']} complete profiler steps, each instant once"]
+    if missing:
+        notes.append(f"no {', '.join(missing)} time in the steps: in other if it ran")
+    return StepParts(step_ms=step, parts=parts, note="; ".join(notes))
+
+
+def _legacy_parts(summary: dict[str, Any]) -> StepParts | None:
+    """Parts from the section means of a summary without `step_breakdown` (`cpu_ms`, the
+    sections' durations, which may overlap): `other` is the step minus them, 0 where they
+    add up to more (then the step shown is their sum); the note says so."""
     sections = summary["sections"]
-    means = {part: _mean_ms(sections, name) for part, name in PARTS}
+    means = {part: _mean_ms(sections, name, "cpu_ms") for part, name in PARTS[1:]}
     steps = summary.get("steps") or {}
-    notes = []
+    notes = ["from section means (a trace summary without step_breakdown: parts may overlap)"]
     if steps.get("ms"):
         step = steps["ms"]["mean"]
-        notes.append(f"the mean of {steps['count']} complete profiler steps")
     elif STEP_SECTION in sections:
         step = (means["data_wait"] or 0.0) + sections[STEP_SECTION]["cpu_ms"]["mean"]
-        notes.append("loader_next + the mean `step` section (no complete profiler step)")
+        notes.append("step = loader_next + the mean `step` section (no complete profiler step)")
     else:
         return None
-    missing = [name for part, name in PARTS if means[part] is None]
-    if missing:
-        notes.append(f"no {', '.join(missing)} section in the trace: its time is in other")
     known = {part: value or 0.0 for part, value in means.items()}
     children = sum(known.values())
     if children > step:
-        notes.append(
-            f"the parts' means add up to {children:.3f} ms, more than the step's {step:.3f} "
-            "ms: other is 0 and the step shown is their sum"
-        )
+        notes.append(f"the parts add up to {children:.3f} ms, more than the step's {step:.3f}")
         step = children
-    return StepParts(
-        step_ms=round(step, 6),
-        parts={**known, OTHER: round(step - children, 6)},
-        note="; ".join(notes),
-    )
+    return StepParts(round(step, 6), {**known, OTHER: round(step - children, 6)}, "; ".join(notes))
 
 
 def draw_step_bars(ax: Any, names: list[str], runs: list[StepParts | None]) -> None:
@@ -121,27 +137,29 @@ def _label(name: str) -> str:
 
 def kernel_parts(summary: dict[str, Any]) -> StepParts | None:
     """The device kernel time of each part (no `other`), when the trace has any."""
-    kernels = {part: _mean_ms(summary["sections"], name, "kernel_ms") for part, name in PARTS}
-    if not any(kernels.values()):
+    parts = dict.fromkeys(PART_NAMES, 0.0)
+    for part, name in PARTS:
+        parts[part] += _mean_ms(summary["sections"], name, "kernel_ms") or 0.0
+    if not any(parts.values()):
         return None
-    parts = {part: value or 0.0 for part, value in kernels.items()}
-    return StepParts(sum(parts.values()), {**parts, OTHER: 0.0}, "device kernels")
+    return StepParts(sum(parts.values()), parts, "device kernels")
 
 
 def _other_sections(summary: dict[str, Any], max_sections: int) -> list[tuple[str, dict]]:
     """Sections that are neither `step` nor one of its parts, most expensive first."""
     skipped = {STEP_SECTION, *(name for _, name in PARTS)}
     items = [(n, s) for n, s in summary["sections"].items() if n not in skipped]
-    return sorted(items, key=lambda kv: -kv[1]["cpu_ms"]["mean"])[:max_sections]
+    return sorted(items, key=lambda kv: -kv[1]["host_busy_ms"]["mean"])[:max_sections]
 
 
 def _draw_sections(ax: Any, items: list[tuple[str, dict]]) -> None:
-    """Flat bars of mean ms per instance: CPU, and device kernel and busy time where present."""
+    """Flat bars of mean ms per instance: host busy time, and device kernel and busy time
+    where present."""
     y = np.arange(len(items))
-    cpu = [sec["cpu_ms"]["mean"] for _, sec in items]
+    cpu = [sec["host_busy_ms"]["mean"] for _, sec in items]
     kern = [(sec.get("kernel_ms") or {}).get("mean", 0.0) for _, sec in items]
     busy = [(sec.get("device_busy_ms") or {}).get("mean", 0.0) for _, sec in items]
-    ax.barh(y, cpu, height=0.7, color="tab:blue", label="CPU (mean ms)")
+    ax.barh(y, cpu, height=0.7, color="tab:blue", label="host busy (mean ms)")
     if any(kern):
         ax.barh(y, kern, height=0.35, color="tab:orange", label="device kernels (mean ms)")
     if any(busy):

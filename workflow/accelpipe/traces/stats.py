@@ -11,6 +11,7 @@ import numpy as np
 
 from accelpipe.traces import classify, steps
 from accelpipe.traces.collect import FileEvents
+from accelpipe.traces.intervals import FIRST, step_breakdown
 from accelpipe.traces.join import Instances, join_file
 from accelpipe.traces.memory import MemoryPool
 from accelpipe.traces.tf_collect import TFEvents
@@ -48,26 +49,29 @@ class SectionPool:
                 cols[key].extend(getattr(inst, key)[rows].tolist())
             if inst.has_kernels[rows].any():
                 self.with_kernels.add(name)
-            if (inst.busy[rows] > 0).any():
+            if (inst.device_busy[rows] > 0).any():
                 self.with_busy.add(name)
 
     def summary(self) -> dict[str, dict]:
         out: dict[str, dict] = {}
         # Most expensive sections first: the order readers scan the table and plot in.
-        for name in sorted(self.columns, key=lambda k: (-sum(self.columns[k]["cpu"]), k)):
+        for name in sorted(self.columns, key=lambda k: (-sum(self.columns[k]["host_busy"]), k)):
             cols = self.columns[name]
             kernels = name in self.with_kernels
             out[name] = {
-                "count": len(cols["cpu"]),
-                "cpu_ms": stats_ms(cols["cpu"]),
+                "count": len(cols["host_busy"]),
+                "host_busy_ms": stats_ms(cols["host_busy"]),
+                "host_span_ms": stats_ms(cols["host_span"]),
                 "kernel_ms": stats_ms(cols["kernel"]) if kernels else None,
-                "kernel_span_ms": stats_ms(cols["span"]) if kernels else None,
-                "device_busy_ms": stats_ms(cols["busy"]) if name in self.with_busy else None,
+                "kernel_span_ms": stats_ms(cols["kernel_span"]) if kernels else None,
+                "device_busy_ms": (
+                    stats_ms(cols["device_busy"]) if name in self.with_busy else None
+                ),
             }
         return out
 
 
-_COLUMNS = ("cpu", "kernel", "span", "busy")
+_COLUMNS = ("host_busy", "host_span", "kernel", "kernel_span", "device_busy")
 
 
 class Totals:
@@ -100,13 +104,31 @@ class Totals:
         names = list(fe.names)  # ids are insertion order
         self.sections.extend(names, inst)
         self.memory.extend(names, inst, fe.memory, fe.pid_of)
+        # A record_function is one interval: the breakdown splits steps among them.
+        intervals = (inst.name, inst.pid, inst.start, inst.start + inst.host_span)
+        self._add_steps(
+            (
+                fe.pid_of(fe.step_thread),
+                np.frombuffer(fe.step_ts, np.float64),
+                np.frombuffer(fe.step_dur, np.float64),
+            ),
+            inst,
+            names,
+            intervals,
+        )
+
+    def _add_steps(
+        self,
+        step_cols: tuple[np.ndarray, np.ndarray, np.ndarray],
+        inst: Instances,
+        names: list[str],
+        intervals: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """One file's steps, each with the sections inside it and its breakdown."""
+        pid, ts, dur = step_cols
+        parts, _no_section = step_breakdown(pid, ts, ts + dur, *intervals, names)
         self.steps += steps.file_steps(
-            fe.pid_of(fe.step_thread),
-            np.frombuffer(fe.step_ts, np.float64),
-            np.frombuffer(fe.step_dur, np.float64),
-            inst.pid,
-            inst.start,
-            [names[i] for i in inst.name.tolist()],
+            pid, ts, dur, inst.pid, inst.start, [names[i] for i in inst.name.tolist()], parts
         )
 
     def _add_tf(self, tfe: TFEvents) -> None:
@@ -122,19 +144,44 @@ class Totals:
                 self.notes.append(note)
         inst = tf.instances
         self.sections.extend(tf.names, inst)
-        self.steps += steps.file_steps(
-            *tf.steps(), inst.pid, inst.start, [tf.names[i] for i in inst.name.tolist()]
-        )
+        self._add_steps(tf.steps(), inst, tf.names, tf.section_intervals())
+
+    def _complete(self) -> list[steps.Step]:
+        return [s for s, k in zip(self.steps, steps.complete(self.steps), strict=True) if k]
 
     def step_summary(self) -> dict | None:
         if not self.steps:
             return None
-        keep = steps.complete(self.steps)
-        durations = [s.dur for s, k in zip(self.steps, keep, strict=True) if k]
+        durations = [s.dur for s in self._complete()]
         return {
             "count": len(durations),
             "ms": stats_ms(durations) if durations else None,
-            "incomplete_left_out": len(keep) - len(durations),
+            "incomplete_left_out": len(self.steps) - len(durations),
+        }
+
+    def breakdown_summary(self) -> dict | None:
+        """The mean complete step split by ``intervals.step_breakdown``: ms per step given
+        to each section (``FIRST`` in order, then the largest first) and to none. The parts
+        and ``no_section_ms`` add up to ``step_ms``; None without a complete step."""
+        done = self._complete()
+        if not done:
+            return None
+        n = len(done)
+        total: dict[str, float] = {}
+        for step in done:
+            for name, us in step.parts.items():
+                total[name] = total.get(name, 0.0) + us
+        order = [name for name in FIRST if name in total]
+        order += sorted(set(total) - set(order), key=lambda k: (-total[k], k))
+        parts = {name: round(total[name] / n / 1e3, 6) for name in order}
+        step_ms = stats_ms([s.dur for s in done])["mean"]  # the same figure as steps.ms.mean
+        return {
+            "steps": n,
+            "step_ms": step_ms,
+            "sections_ms": parts,
+            # The rest of the step, so that the parts add up to it after rounding too (this
+            # takes up the parts' rounding to 1 ns: a few ns at most).
+            "no_section_ms": round(step_ms - sum(parts.values()), 6),
         }
 
     def summary(self, paths: Sequence[str | Path]) -> dict:
@@ -149,6 +196,7 @@ class Totals:
             "events": self.events,
             "device": _device(self.hints),
             "steps": self.step_summary(),
+            "step_breakdown": self.breakdown_summary(),
             "sections": sections,
             "memory": self.memory.summary(list(sections)),
             "device_activity": {**activity, "kernels_without_launch": self.orphans},
@@ -158,9 +206,10 @@ class Totals:
 
 
 TF_NOTE = (
-    "TensorFlow trace: steps are the train <n> events; forward/loss/backward/optimizer_step "
-    "are op name scopes (gradient_tape/ counts as backward), one instance per step, CPU time "
-    "= first op start to last op end"
+    "TensorFlow trace: steps are the events with a step_num (e.g. train <n>); "
+    "forward/loss/backward/optimizer_step are op name scopes (gradient_tape/ counts as "
+    "backward), one instance per step: host busy = the time its ops run (concurrent ops "
+    "once), host span = first op start to last op end"
 )
 
 

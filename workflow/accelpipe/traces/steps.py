@@ -21,7 +21,7 @@ short), so it is recognised by its content:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,12 +30,14 @@ _SHORT = 0.1  # fallback: a last step under this fraction of the others' median
 
 @dataclass(frozen=True)
 class Step:
-    """One ProfilerStep: its duration (µs), the section names inside it, and whether it is
-    the last step of its file."""
+    """One ProfilerStep: its duration (µs), the section names inside it, whether it is
+    the last step of its file, and its breakdown (µs given to each section by
+    ``intervals.step_breakdown``; the rest of ``dur`` is in no section)."""
 
     dur: float
     contents: frozenset[str]
     last: bool
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 def file_steps(
@@ -45,8 +47,10 @@ def file_steps(
     sec_pid: np.ndarray,
     sec_ts: np.ndarray,
     sec_names: list[str],
+    parts: list[dict[str, float]] | None = None,
 ) -> list[Step]:
-    """The steps of one file, each with the names of the sections that start inside it."""
+    """The steps of one file, each with the names of the sections that start inside it
+    (and its breakdown, when given: µs per section, per step in step order)."""
     if not len(step_ts):
         return []
     order = np.lexsort((sec_ts, sec_pid))
@@ -60,7 +64,8 @@ def file_steps(
         hi = np.searchsorted(s_pid, pid, side="right")
         a = lo + np.searchsorted(s_ts[lo:hi], ts, side="left")
         b = lo + np.searchsorted(s_ts[lo:hi], ts + dur, side="right")
-        steps.append(Step(dur, frozenset(names[a:b]), i == last))
+        shares = parts[i] if parts else {}
+        steps.append(Step(dur, frozenset(names[a:b]), i == last, shares))
     return steps
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import zipfile
@@ -19,31 +20,42 @@ from accelpipe.traces.plot import plot_step_breakdown
 from accelpipe.traces.problems import Malformed, Unsupported
 from accelpipe.traces.stats import Totals
 
+XPLANE_SUFFIX = ".xplane.pb"  # TF's profiler output: plugins/profile/<run>/<host>.xplane.pb
+
 
 def summarize_traces(paths: Sequence[str | Path] | str | Path) -> dict:
     """Summarize one or more chrome traces (e.g. successive profiler cycles) together.
 
+    A TensorFlow profiler XSpace (``<host>.xplane.pb``) is converted to trace viewer JSON
+    first, by the TF engine's own xprof conversion (``XPLANE_SUFFIX``).
+
     Returns a JSON-serializable dict: ``traces``, ``format`` (``kineto`` or
     ``tf-trace-viewer``), ``bytes`` (uncompressed), ``events``, ``device`` (cpu/cuda/rocm/hpu,
     inferred; a TF trace: cpu, or gpu with ``/device:GPU`` stream rows), ``steps``
-    (``ProfilerStep#N`` durations of complete steps, ``incomplete_left_out``: see
-    ``traces.steps``; None without steps), ``sections`` (per ``record_function`` name:
-    ``count``, ``cpu_ms``, ``kernel_ms``, ``kernel_span_ms`` and ``device_busy_ms`` stats over
-    instances; the kernel stats are None for a section that never launched a kernel,
-    ``device_busy_ms`` None for one that never overlapped a kernel; otherwise instances without
-    count as 0), ``device_activity`` (count and total ms of kernels, memcpys and memsets;
-    ``kernels_without_launch``: kernels with no runtime event of the same correlation, e.g. all
-    kernels of a Gaudi trace) and ``skipped_events`` (``non_finite_time``: events left out
-    for a NaN or infinite ``ts``/``dur``) and ``notes`` (lines on how to read a TF summary:
-    see ``traces.tf_sections``; empty for kineto). Stats are ``{"min", "mean", "median", "max",
-    "total"}`` in milliseconds. ``memory`` (see ``traces.memory``) is None without torch
-    ``[memory]`` events (``profile_memory`` off, or a TF trace); else ``events``,
-    ``peak_allocated_bytes`` per device over the trace and, per section, the peak allocated
-    bytes per device while it was open (None for a section with no memory event inside).
+    (``ProfilerStep#N`` or TF step marker durations of complete steps,
+    ``incomplete_left_out``: see ``traces.steps``; None without steps),
+    ``step_breakdown`` (the mean complete step split so that each instant counts once:
+    ``steps``, ``step_ms``, ``sections_ms`` per section and ``no_section_ms``, which add up
+    to ``step_ms``; see ``traces.intervals``; None without a complete step), ``sections``
+    (per section name: ``count`` and, over instances, ``host_busy_ms`` (the time it runs on
+    the host: a ``record_function``'s duration, a TF name scope's ops' union),
+    ``host_span_ms`` (first start to last end), ``kernel_ms``, ``kernel_span_ms`` and
+    ``device_busy_ms``; the kernel stats are None for a section that never launched a
+    kernel, ``device_busy_ms`` None for one that never overlapped a kernel; otherwise
+    instances without count as 0), ``device_activity`` (count and total ms of kernels,
+    memcpys and memsets; ``kernels_without_launch``: kernels with no runtime event of the
+    same correlation, e.g. all kernels of a Gaudi trace) and ``skipped_events``
+    (``non_finite_time``: events left out for a NaN or infinite ``ts``/``dur``) and
+    ``notes`` (lines on how to read a TF summary: see ``traces.tf_sections``; empty for
+    kineto). Stats are ``{"min", "mean", "median", "max", "total"}`` in milliseconds.
+    ``memory`` (see ``traces.memory``) is None without torch ``[memory]`` events
+    (``profile_memory`` off, or a TF trace); else ``events``, ``peak_allocated_bytes`` per
+    device over the trace and, per section, the peak allocated bytes per device while it
+    was open (None for a section with no memory event inside).
 
     Raises DataError naming the file if a trace is missing, truncated, malformed, neither a
-    PyTorch profiler nor a TensorFlow trace viewer trace, or the same trace as another one
-    given (``x.json`` beside ``x.json.gz``).
+    PyTorch profiler nor a TensorFlow trace viewer trace (nor an XSpace xprof converts), or
+    the same trace as another one given (``x.json`` beside ``x.json.gz``).
     """
     paths = _checked(paths)
     totals = Totals()
@@ -99,13 +111,20 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
     """Stream one file; its events, decompressed size and format. Every failure becomes
     one DataError line naming the file (and, for malformed JSON, where)."""
     fe = FileEvents()
+    xspace = path.name.endswith(XPLANE_SUFFIX)
     try:
-        nbytes, _bare = reader.read_trace(path, fe)
+        if xspace:
+            window = reader.ByteWindow(io.BytesIO(_converted(path)))
+            reader.parse(window, fe)
+            nbytes = window.nbytes
+        else:
+            nbytes, _bare = reader.read_trace(path, fe)
         fmt = formats.require_supported(fe.evidence)
     except FileNotFoundError:
         raise DataError(f"{path}: trace file not found") from None
     except Malformed as err:
-        raise DataError(f"{path}: malformed trace: {err}{_where(path, err.offset)}") from None
+        where = " (in xprof's JSON)" if xspace else _where(path, err.offset)
+        raise DataError(f"{path}: malformed trace: {err}{where}") from None
     except Unsupported as err:
         raise DataError(f"{path}: {err}") from None
     except (EOFError, zlib.error, zipfile.BadZipFile, gzip.BadGzipFile) as err:
@@ -113,6 +132,24 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
     except OSError as err:
         raise DataError(f"{path}: cannot read trace ({err})") from None
     return fe, nbytes, fmt
+
+
+def _converted(path: Path) -> bytes:
+    """An XSpace as trace viewer JSON, by the TF engine's xprof conversion (xprof, and
+    TensorFlow for the engine module, are in the TensorFlow images and venvs)."""
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    try:
+        from accelpipe.engines.tf_trainer import xspace_to_trace_json
+    except ImportError as err:
+        raise DataError(
+            f"{path}: converting a TensorFlow profiler XSpace needs TensorFlow and xprof "
+            f"({err}); run summarize-trace in the TensorFlow image or venv"
+        ) from None
+    text = xspace_to_trace_json(path)
+    if not text:  # xprof logs why and returns nothing
+        raise DataError(f"{path}: xprof could not read this XSpace (corrupt or truncated?)")
+    return text.encode() if isinstance(text, str) else text
 
 
 def _where(path: Path, offset: int | None) -> str:

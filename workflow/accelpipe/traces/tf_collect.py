@@ -5,8 +5,11 @@ sink picks, per block, only the events the TF summary needs (found with a regex 
 escape-free bytes, decoded in one batch like the kineto ones) and keeps compact columns:
 
 * ``process_name`` / ``thread_name`` metadata: which rows are device streams.
-* ``train <n>`` step markers and the host sections (``tf.profiler.experimental.Trace``
-  events named ``loader_first``, ``loader_next``, ``step``).
+* step markers: every event with ``args.step_num``, the TraceMe argument xprof groups steps
+  by (``Trace("train", step_num=n, _r=1)`` in the TF engine and Keras' ``fit``, any name
+  in other code; xprof names the event ``<name> <n>``).
+* the host sections: ``tf.profiler.experimental.Trace`` events named ``loader_first``,
+  ``loader_next``, ``step`` (without ``step_num``).
 * ops (host executor threads) and GPU kernels whose ``args.long_name`` (or ``args.tf_op``)
   starts with a section scope: ``forward/``, ``loss/``, ``backward/``, ``optimizer_step/``,
   ``gradient_tape/`` (gradients: TF names them so whatever scope wraps ``tape.gradient``).
@@ -35,14 +38,13 @@ SCOPES = {
 }
 SECTION_NAMES = ("forward", "loss", "backward", "optimizer_step")  # ids in op columns
 HOST_SECTIONS = frozenset({"loader_first", "loader_next", "step"})  # Trace events
-_STEP_RE = re.compile(r"train (\d+)")
 _scopes = b"|".join(s.encode() for s in SCOPES)
 _hosts = b"|".join(s.encode() for s in sorted(HOST_SECTIONS))
 # Run on escape-free bytes; a hit may sit in args (e.g. args.name): the decoded event decides.
 _INTEREST_RE = re.compile(
     rb'"(?:long_name|tf_op)"\s*:\s*"(?:' + _scopes + rb")/"
-    rb'|"name"\s*:\s*"(?:' + _hosts + rb'|train \d+|process_name|thread_name)"'
-    rb'|"correlation_id"\s*:'
+    rb'|"name"\s*:\s*"(?:' + _hosts + rb'|process_name|thread_name)"'
+    rb'|"(?:correlation_id|step_num)"\s*:'
 )
 _XLA_RE = re.compile(rb'"hlo_op"\s*:|"tf_function_call"\s*:\s*"[^"]*-xla"')
 _NUM = (int, float)
@@ -103,7 +105,7 @@ class TFEvents:
                 self.dev_kind.append(_kind(name))
                 self.dev_ts.append(ts)
                 self.dev_dur.append(dur)
-            if type(name) is str and _STEP_RE.fullmatch(name):
+            if "step_num" in args:
                 self.step_row.append(row)
                 self.step_ts.append(ts)
                 self.step_dur.append(dur)

@@ -2,23 +2,26 @@
 
 The rule (what each summary field means for a TF trace):
 
-* Steps are the ``train <n>`` events (``Trace("train", step_num=n, _r=1)``): a step's time
-  is the event's duration; the incomplete-last-step rule of ``traces.steps`` applies as for
-  ``ProfilerStep#N``.
+* Steps are the step markers: host events with ``args.step_num``, the TraceMe argument
+  xprof groups steps by (``Trace("train", step_num=n, _r=1)`` in the TF engine, any name
+  elsewhere). A marker inside another marker of the same process is not a step of its own
+  (the outer one is). A step's time is the marker's duration; the incomplete-last-step rule
+  of ``traces.steps`` applies as for ``ProfilerStep#N``.
 * ``loader_first``, ``loader_next``, ``step`` are ``tf.profiler.experimental.Trace``
-  events on the host: one instance per event, ``cpu_ms`` = its duration (as a kineto
-  ``record_function``).
+  events on the host: one instance per event, one interval (host busy time = host span =
+  its duration, as a kineto ``record_function``).
 * ``forward``, ``loss``, ``backward``, ``optimizer_step`` are name scopes inside the
   ``tf.function`` (a ``Trace`` there records nothing at run time): the host ops whose
   ``args.long_name`` starts with ``forward/``, ``loss/``, ``backward/`` or
   ``gradient_tape/`` (TF's name for the gradient ops: backward), ``optimizer_step/``.
   One instance per section and step (xprof's ``args.group_id``; ops without one go to the
-  ``train <n>`` event that contains them, else to one instance of their own), and
-  ``cpu_ms`` = its *span*, first op start to last op end: the wall time a
-  ``record_function`` around that part of the step would measure, which is what kineto's
-  ``cpu_ms`` is. It is not the sum of op durations (ops run on several executor threads at
-  once, so that sum can exceed the wall time), and the spans of sections may overlap (the
-  executor interleaves gradient and optimizer ops).
+  step marker that contains them, else to one instance of their own). Its host busy time
+  is the time its ops run (the union of their intervals, on any executor thread: ops that
+  run at once count once), its host span first op start to last op end (``intervals``).
+  The span is no measure of a section's cost: Adam's variable reads, for one, start while
+  ``forward`` runs, so ``optimizer_step``'s span covers most of the step.
+* The step breakdown (``intervals.step_breakdown``) splits each step among these sections'
+  intervals (the Trace events and the scoped ops), so its parts add up to the step.
 * GPU rows (``/device:GPU:N`` processes, ``Stream #N`` lines): kernels count for the section
   of their ``long_name`` / ``tf_op`` scope and their step group. ``kernel_ms`` = summed
   kernel durations, ``kernel_span_ms`` = first kernel start to last kernel end,
@@ -35,8 +38,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from accelpipe.traces.intervals import busy_and_span, covered
 from accelpipe.traces.join import Instances
 from accelpipe.traces.tf_collect import KERNEL, MEMCPY, MEMSET, SECTION_NAMES, TFEvents
+
+HOST_NAMES = ("loader_first", "loader_next", "step")  # name ids 0..2; op sections follow
 
 
 class TFFile:
@@ -55,16 +61,35 @@ class TFFile:
         self.gpu = any(
             "GPU" in name for name in tfe.process_names.values() if _is_device(name)
         ) and bool(self.kernel_rows.any())
-        self.names = ["loader_first", "loader_next", "step", *SECTION_NAMES]
+        self.names = [*HOST_NAMES, *SECTION_NAMES]
+        self.markers = self._markers()
         self.instances = self._instances()
 
     def steps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """pid, ts, dur of the ``train <n>`` events on host rows."""
-        t = self.tfe
-        row = np.frombuffer(t.step_row, np.int32)
-        keep = self.host_rows[row] if len(row) else np.zeros(0, bool)
+        """pid, ts, dur of the steps (outermost step markers on host rows)."""
+        t, keep = self.tfe, self.markers
+        row = np.frombuffer(t.step_row, np.int32)[keep]
         ts = np.frombuffer(t.step_ts, np.float64)[keep]
-        return self.pid[row[keep]], ts, np.frombuffer(t.step_dur, np.float64)[keep]
+        return self.pid[row], ts, np.frombuffer(t.step_dur, np.float64)[keep]
+
+    def section_intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Name id, pid, start, end of every host interval of a section (the Trace events
+        and the scoped ops): what the step breakdown splits each step among."""
+        t = self.tfe
+        h_row, h_keep, h_ids = self._host_events()
+        h_ts = np.frombuffer(t.host_ts, np.float64)[h_keep]
+        h_end = h_ts + np.frombuffer(t.host_dur, np.float64)[h_keep]
+        o_row = np.frombuffer(t.op_row, np.int32)
+        o_keep = self.host_rows[o_row] if len(o_row) else np.zeros(0, bool)
+        o_ids = np.frombuffer(t.op_sec, np.int8)[o_keep].astype(np.int64) + len(HOST_NAMES)
+        o_ts = np.frombuffer(t.op_ts, np.float64)[o_keep]
+        o_end = o_ts + np.frombuffer(t.op_dur, np.float64)[o_keep]
+        return (
+            np.concatenate((h_ids, o_ids)).astype(np.int64),
+            np.concatenate((self.pid[h_row[h_keep]], self.pid[o_row[o_keep]])),
+            np.concatenate((h_ts, o_ts)),
+            np.concatenate((h_end, o_end)),
+        )
 
     def activity(self) -> dict[str, list]:
         """Count and total µs of kernels, memcpys and memsets on the stream lines."""
@@ -80,7 +105,7 @@ class TFFile:
 
     def notes(self) -> list[str]:
         t = self.tfe
-        if len(t.op_sec) or not len(t.step_ts):
+        if len(t.op_sec) or not self.markers.any():
             return []
         how = "XLA-compiled step (jit_compile)" if t.xla else "no op events with a section scope"
         return [
@@ -90,28 +115,54 @@ class TFFile:
 
     # -- building the instances ----------------------------------------------------------
 
+    def _markers(self) -> np.ndarray:
+        """Which step markers are steps: on a host row and inside no other marker of the
+        same process (nested markers, e.g. Keras' inside a user's, would count a step
+        twice)."""
+        t = self.tfe
+        row = np.frombuffer(t.step_row, np.int32)
+        keep = self.host_rows[row] if len(row) else np.zeros(0, bool)
+        pid = self.pid[row] if len(row) else np.zeros(0, np.int64)
+        ts = np.frombuffer(t.step_ts, np.float64)
+        end = ts + np.frombuffer(t.step_dur, np.float64)
+        reach: dict[int, float] = {}
+        for i in np.lexsort((-end, ts, pid)).tolist():  # by pid, start; outer first
+            if not keep[i]:
+                continue
+            p = int(pid[i])
+            if end[i] <= reach.get(p, -np.inf):
+                keep[i] = False
+            else:
+                reach[p] = max(reach.get(p, -np.inf), float(end[i]))
+        return keep
+
+    def _host_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows of the host section events, which of them are on host rows, and the name ids
+        of those."""
+        t = self.tfe
+        row = np.frombuffer(t.host_row, np.int32)
+        keep = self.host_rows[row] if len(row) else np.zeros(0, bool)
+        ids = np.array([HOST_NAMES.index(n) for n in t.host_name], np.int64)[keep]
+        return row, keep, ids
+
     def _instances(self) -> Instances:
         t = self.tfe
         kern_ts, kern_end = self._all_kernels()
-        # Host sections: one instance per Trace event.
-        h_row = np.frombuffer(t.host_row, np.int32)
-        h_keep = self.host_rows[h_row] if len(h_row) else np.zeros(0, bool)
-        h_ids = np.array([self.names.index(n) for n in t.host_name], np.int32)[h_keep]
+        # Host sections: one instance per Trace event, one interval each.
+        h_row, h_keep, h_ids = self._host_events()
         h_ts = np.frombuffer(t.host_ts, np.float64)[h_keep]
-        h_dur = np.frombuffer(t.host_dur, np.float64)[h_keep]
-        h_busy = covered(kern_ts, kern_end, h_ts, h_ts + h_dur)
-        cols = [(h_ids, self.pid[h_row[h_keep]], h_ts, h_dur, None, None, h_busy)]
-        cols += self._op_instances()
-        zero = np.zeros(0)
-        name = np.concatenate([c[0] for c in cols]).astype(np.int32)
-        pid = np.concatenate([c[1] for c in cols]).astype(np.int64)
-        start = np.concatenate([c[2] for c in cols])
-        cpu = np.concatenate([c[3] for c in cols])
-        kern = np.concatenate([c[4] if c[4] is not None else np.zeros(len(c[0])) for c in cols])
-        span = np.concatenate([c[5] if c[5] is not None else np.zeros(len(c[0])) for c in cols])
-        busy = np.concatenate([c[6] for c in cols]) if cols else zero
-        has = np.concatenate([np.full(len(c[0]), c[4] is not None) for c in cols])
-        return Instances(name, pid, start, cpu, kern, span, busy, has)
+        h_end = h_ts + np.frombuffer(t.host_dur, np.float64)[h_keep]
+        one = busy_and_span(np.arange(len(h_ts)), h_ts, h_end)
+        zero = np.zeros(len(h_ts))
+        cols = [
+            (h_ids, self.pid[h_row[h_keep]], h_ts, one.busy, one.last - one.first, zero, zero,
+             covered(kern_ts, kern_end, h_ts, h_end), np.zeros(len(h_ts), bool)),
+        ]  # fmt: skip
+        cols.append(self._op_instances())
+        fields = [np.concatenate(c) for c in zip(*cols, strict=True)]
+        fields[0] = fields[0].astype(np.int32)
+        fields[1] = fields[1].astype(np.int64)
+        return Instances(*fields)
 
     def _all_kernels(self) -> tuple[np.ndarray, np.ndarray]:
         t = self.tfe
@@ -121,49 +172,45 @@ class TFFile:
         ts = np.frombuffer(t.dev_ts, np.float64)[on]
         return ts, ts + np.frombuffer(t.dev_dur, np.float64)[on]
 
-    def _op_instances(self) -> list[tuple]:
-        """Per (section, step group): host op span, and the group's kernels' figures."""
+    def _op_instances(self) -> tuple[np.ndarray, ...]:
+        """Per (section, step group): its host ops' busy time and span, and its kernels'
+        summed time, span and busy time; the columns of ``Instances``."""
         t = self.tfe
-        if not len(t.op_sec):
-            return []
         row = np.frombuffer(t.op_row, np.int32)
         sec = np.frombuffer(t.op_sec, np.int8).astype(np.int64)
         ts = np.frombuffer(t.op_ts, np.float64)
         end = ts + np.frombuffer(t.op_dur, np.float64)
         group = self._groups(np.frombuffer(t.op_group, np.int64), ts)
-        is_kern, is_host = self.kernel_rows[row], self.host_rows[row]
-        both = is_host | is_kern
-        keys = sorted(set(zip(sec[both].tolist(), group[both].tolist(), strict=True)))
-        out = []
-        for s, g in keys:
-            mine = (sec == s) & (group == g)
-            host, kern = mine & is_host, mine & is_kern
-            if host.any():
-                first, cpu = ts[host].min(), end[host].max() - ts[host].min()
-                pid = self.pid[row[host]][0]
-            else:  # kernels whose host ops carry no scope: no CPU window to report
-                first, cpu, pid = ts[kern].min(), 0.0, self.pid[row[kern]][0]
-            if kern.any():
-                k_sum = float((end[kern] - ts[kern]).sum())
-                k_span = float(end[kern].max() - ts[kern].min())
-                k_busy = union_length(ts[kern], end[kern])
-                k = (np.array([k_sum]), np.array([k_span]))
-            else:
-                k, k_busy = (None, None), 0.0
-            ids = np.array([3 + s], np.int32)
-            out.append((ids, np.array([pid]), np.array([first]), np.array([cpu]), *k,
-                        np.array([k_busy])))  # fmt: skip
-        return out
+        is_kern = self.kernel_rows[row] if len(row) else np.zeros(0, bool)
+        is_host = self.host_rows[row] if len(row) else np.zeros(0, bool)
+        key = (group + 1) * len(SECTION_NAMES) + sec  # group >= -1: one key per (sec, group)
+        host = busy_and_span(key[is_host], ts[is_host], end[is_host])
+        kern = busy_and_span(key[is_kern], ts[is_kern], end[is_kern])
+        keys = np.union1d(host.key, kern.key)
+        n = len(keys)
+        h_at, k_at = np.searchsorted(keys, host.key), np.searchsorted(keys, kern.key)
+        # Host figures; a kernel-only instance (its host ops carry no scope) has none. Its
+        # start and process: those of its first host op, else of its first kernel.
+        start, busy, span, pid = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
+        start[k_at], pid[k_at] = kern.first, self.pid[row[is_kern][kern.head]]
+        start[h_at], pid[h_at] = host.first, self.pid[row[is_host][host.head]]
+        busy[h_at], span[h_at] = host.busy, host.last - host.first
+        k_sum, k_span, k_busy, has = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, bool)
+        k_sum[k_at], k_span[k_at], k_busy[k_at] = kern.total, kern.last - kern.first, kern.busy
+        has[k_at] = True
+        ids = keys % len(SECTION_NAMES) + len(HOST_NAMES)
+        return ids, pid, start, busy, span, k_sum, k_span, k_busy, has
 
     def _groups(self, group: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """Step group per op: its group_id, else that of the ``train`` event containing it
+        """Step group per op: its group_id, else that of the step marker containing it
         (else -1: one instance for all such ops)."""
         missing = group < 0
-        if not missing.any() or not len(self.tfe.step_ts):
+        if not missing.any() or not self.markers.any():
             return group
-        s_ts = np.frombuffer(self.tfe.step_ts, np.float64)
-        s_end = s_ts + np.frombuffer(self.tfe.step_dur, np.float64)
-        s_group = np.frombuffer(self.tfe.step_group, np.int64)
+        keep = self.markers
+        s_ts = np.frombuffer(self.tfe.step_ts, np.float64)[keep]
+        s_end = s_ts + np.frombuffer(self.tfe.step_dur, np.float64)[keep]
+        s_group = np.frombuffer(self.tfe.step_group, np.int64)[keep]
         order = np.argsort(s_ts)
         i = np.searchsorted(s_ts[order], ts[missing], side="right") - 1
         ok = (i >= 0) & (ts[missing] <= s_end[order][np.maximum(i, 0)])
@@ -177,33 +224,3 @@ class TFFile:
 
 def _is_device(name: str | None) -> bool:
     return bool(name) and name.startswith("/device:")  # type: ignore[union-attr]
-
-
-def union_length(start: np.ndarray, end: np.ndarray) -> float:
-    """Length of the union of intervals."""
-    if not len(start):
-        return 0.0
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    reach = np.maximum.accumulate(e)
-    opens = np.concatenate(([0], np.flatnonzero(s[1:] > reach[:-1]) + 1))
-    return float((np.maximum.reduceat(e, opens) - s[opens]).sum())
-
-
-def covered(k_start: np.ndarray, k_end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per window ``[lo, hi]``: time covered by at least one interval ``[k_start, k_end]``."""
-    if not len(k_start) or not len(lo):
-        return np.zeros(len(lo))
-    order = np.argsort(k_start, kind="stable")
-    s, e = k_start[order], k_end[order]
-    reach = np.maximum.accumulate(e)
-    opens = np.concatenate(([0], np.flatnonzero(s[1:] > reach[:-1]) + 1))
-    b_start, b_end = s[opens], np.maximum.reduceat(e, opens)
-    before = np.concatenate(([0.0], np.cumsum(b_end - b_start)))
-
-    def upto(t: np.ndarray) -> np.ndarray:  # covered time in (-inf, t]
-        k = np.searchsorted(b_start, t, side="right")
-        over = np.where(k > 0, b_end[np.maximum(k - 1, 0)] - t, 0.0)
-        return before[k] - np.maximum(over, 0.0)
-
-    return np.maximum(upto(hi) - upto(lo), 0.0)
