@@ -155,7 +155,8 @@ def render(rows: list[Row], per_hour: dict[str, float], plots: list[tuple[Path, 
             "<h2>Runs</h2>",
             _table("runs", headings, rows, _run_cells),
             "<h2>Step breakdown</h2><p>Mean step time of the profiled steps (trace_summary."
-            "json) and its parts in ms; other = the step minus its parts.</p>",
+            "json) and its parts in ms, each instant in one part (the trace's step breakdown), so "
+            "they sum to the step; other = the step's own work outside them, or no section.</p>",
             _table("steps", step_headings, rows, _step_cells),
             "<h2>Plots</h2>",
             *(_image(png, alt) for png, alt in plots),
