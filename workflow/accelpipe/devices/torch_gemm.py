@@ -1,0 +1,105 @@
+"""A measured matmul ceiling for PyTorch: square products on the run's device and precision.
+
+`measure_gemm_tflops` multiplies two `size` x `size` matrices of the precision's dtype
+(bf16, fp16; fp32 as the framework's switches leave it: full fp32 matmuls by default,
+TF32 where allowed) a few times after a warm-up and reports the rate at 2 * size**3 FLOPs a
+product. It is a bounded probe, not a search for the best shape: a fixed number of products
+of one size (8192 on an accelerator, where cuBLAS and Habana's MME reach close to their best:
+20 products, a few ms each in bf16 on an H100 and tens of ms in fp32 on an A100; 2048 on the
+CPU, 4 products: about a second on 2 cores), so its cost is known in advance.
+The device is synchronised before the clock starts and before it stops (CUDA and ROCm through
+torch.cuda, Gaudi through torch.hpu after a lazy-mode mark_step); only the cpu path ran here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from accelpipe.devices.torch_device import Device
+from accelpipe.flops import GemmResult, gemm_tflops
+
+MEASURED_BY = "torch.matmul"
+SIZES = {"cpu": 2048}  # anything else: ACCELERATOR_SIZE
+ACCELERATOR_SIZE = 8192
+REPEATS = {"cpu": 4}  # anything else: ACCELERATOR_REPEATS
+ACCELERATOR_REPEATS = 20
+WARMUP = 2
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def tf32_switches(backend: str) -> dict[str, bool]:
+    """Whether this process lets fp32 matmuls and convolutions run as TF32 on cuda
+    (`torch.get_float32_matmul_precision()` other than "highest"; cuDNN's `allow_tf32`);
+    all false on other backends, where PyTorch's switches do not mean TF32."""
+    if backend != "cuda":
+        return {"matmul": False, "conv": False}
+    return {
+        "matmul": torch.get_float32_matmul_precision() != "highest",
+        "conv": bool(torch.backends.cudnn.allow_tf32),
+    }
+
+
+def _synchronize(device: Device) -> None:
+    if device.backend in ("cuda", "rocm"):
+        torch.cuda.synchronize(device.torch_device)
+    elif device.backend == "gaudi":
+        device.mark_step()
+        torch.hpu.synchronize()
+
+
+def _operand(size: int, dtype: torch.dtype, device: Device, seed: int) -> torch.Tensor:
+    """A random size x size matrix from a generator of its own (the run's random streams
+    are left alone), made on the device where it has generators, else on the CPU and moved."""
+    try:
+        generator = torch.Generator(device=device.torch_device).manual_seed(seed)
+        return torch.randn(
+            size, size, generator=generator, device=device.torch_device, dtype=torch.float32
+        ).to(dtype)
+    except RuntimeError:
+        generator = torch.Generator().manual_seed(seed)
+        matrix = torch.randn(size, size, generator=generator, dtype=torch.float32)
+        return matrix.to(dtype).to(device.torch_device)
+
+
+def measure_gemm_tflops(
+    device: Device,
+    *,
+    size: int | None = None,
+    repeats: int | None = None,
+    warmup: int = WARMUP,
+    clock: Callable[[], float] = time.perf_counter,
+) -> GemmResult:
+    """The rate of `repeats` products of two `size` x `size` matrices on `device` at its
+    precision, after `warmup` untimed ones (defaults per backend: SIZES, REPEATS)."""
+    backend = device.backend
+    size = size or SIZES.get(backend, ACCELERATOR_SIZE)
+    repeats = repeats or REPEATS.get(backend, ACCELERATOR_REPEATS)
+    dtype = _DTYPES[device.precision]
+    a = _operand(size, dtype, device, 0)
+    b = _operand(size, dtype, device, 1)
+    out = torch.empty_like(a)
+    with torch.no_grad():
+        for _ in range(warmup):
+            torch.matmul(a, b, out=out)
+            device.mark_step()
+        _synchronize(device)
+        start = clock()
+        for _ in range(repeats):
+            torch.matmul(a, b, out=out)
+            device.mark_step()
+        _synchronize(device)
+        seconds = clock() - start
+    tf32 = dtype == torch.float32 and tf32_switches(backend)["matmul"]
+    return GemmResult(
+        gemm_tflops=gemm_tflops(size, repeats, seconds),
+        size=size,
+        repeats=repeats,
+        seconds=seconds,
+        dtype=str(dtype).removeprefix("torch."),
+        precision=device.precision,
+        tf32=tf32,
+        measured_by=MEASURED_BY,
+    )
