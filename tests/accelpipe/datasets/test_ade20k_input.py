@@ -15,6 +15,8 @@ from PIL import Image
 from accelpipe.datasets import ade20k, ade20k_input
 from accelpipe.datasets.ade20k_synthetic import CLASSES_USED, synthesize
 from accelpipe.engines.keras2 import tf
+from accelpipe.errors import DataError
+from tests.helpers.tf_pipelines import parallel, stateful_ops
 
 pytestmark = pytest.mark.tensorflow
 
@@ -39,6 +41,13 @@ def _files(prepared: Path, split: str) -> list[Path]:
 
 def _png(path: Path) -> np.ndarray:
     return np.array(Image.open(path))
+
+
+KEY = tf.constant([3, 4], tf.int64)  # a stateless seed
+
+
+def _key(seed: int) -> tf.Tensor:
+    return tf.constant([11, seed], tf.int64)
 
 
 def _example(label: np.ndarray, image: np.ndarray | None = None) -> dict[str, tf.Tensor]:
@@ -101,7 +110,7 @@ def test_random_rescale_labels_are_nearest_neighbour() -> None:
     image = rng.integers(0, 256, (30, 40, 3)).astype(np.float32)
     for ratio in (0.5, 0.9, 1.7):
         out_image, out_label = ade20k_input.random_rescale(
-            tf.constant(image), ade20k_input.shift_labels(label), 64, (ratio, ratio)
+            tf.constant(image), ade20k_input.shift_labels(label), 64, (ratio, ratio), KEY
         )
         size = ade20k_input.rescale_size(30, 40, ratio, 64).numpy().tolist()
         assert out_image.shape == (*size, 3) and out_label.shape == tuple(size)
@@ -131,14 +140,14 @@ def test_random_crop_keeps_image_and_label_aligned() -> None:
     image = np.stack([rows, cols, np.zeros_like(rows)], axis=-1).astype(np.float32)
     label = ((rows + cols) % 150).astype(np.int32)
     crop_fn = tf.function(ade20k_input.random_crop)
-    for _ in range(10):
-        out_image, out_label = (t.numpy() for t in crop_fn(image, label, 16))
+    for seed in range(10):
+        out_image, out_label = (t.numpy() for t in crop_fn(image, label, 16, _key(seed)))
         assert out_image.shape == (16, 16, 3) and out_label.shape == (16, 16)
         top, left = int(out_image[0, 0, 0]), int(out_image[0, 0, 1])
         assert 0 <= top <= 24 and 0 <= left <= 34
         assert np.array_equal(out_image, image[top : top + 16, left : left + 16])
         assert np.array_equal(out_label, label[top : top + 16, left : left + 16])
-    small_image, small_label = crop_fn(image[:10, :12], label[:10, :12], 16)
+    small_image, small_label = crop_fn(image[:10, :12], label[:10, :12], 16, KEY)
     assert small_image.shape == (10, 12, 3)  # the whole image: padding comes later
     assert np.array_equal(small_label.numpy(), label[:10, :12])
 
@@ -146,19 +155,17 @@ def test_random_crop_keeps_image_and_label_aligned() -> None:
 def test_random_crop_retries_towards_mixed_windows() -> None:
     """Columns 0..11 alternate classes 1 and 2, the rest is class 3: an 8x8 window is
     acceptable only if it starts left of column 10 (10 of the 17 offsets). mmseg retries up
-    to 10 times, so (seeded) every crop is acceptable, where without retries about 40 % of
-    them would not be."""
+    to 10 times, so (these keys) every crop is acceptable, where without retries about 40 %
+    of them would not be."""
     cols = np.arange(24)
     label = np.tile(np.where(cols < 12, 1 + cols % 2, 3), (8, 1)).astype(np.int32)
     image = np.tile(cols[None, :, None], (8, 1, 3)).astype(np.float32)
     crop_fn = tf.function(ade20k_input.random_crop)
-    tf.random.set_seed(1)
-    lefts = [int(crop_fn(image, label, 8)[0][0, 0, 0]) for _ in range(40)]
+    lefts = [int(crop_fn(image, label, 8, _key(seed))[0][0, 0, 0]) for seed in range(40)]
     assert all(left < 10 for left in lefts)
     assert len(set(lefts)) > 3
-    tf.random.set_seed(2)
     one_class = np.full((8, 24), 3, np.int32)  # nothing acceptable: still one crop
-    assert crop_fn(image, one_class, 8)[1].shape == (8, 8)
+    assert crop_fn(image, one_class, 8, KEY)[1].shape == (8, 8)
 
 
 def test_pad_is_zero_and_ignore_at_the_bottom_right() -> None:
@@ -178,33 +185,31 @@ def test_normalise_maps_0_255_to_minus_1_1() -> None:
 
 
 def test_contrast_scales_pixels_as_mmseg() -> None:
-    out = ade20k_input._contrast(tf.constant([10.0, 100.0, 250.0])).numpy()
+    out = ade20k_input._contrast(tf.constant([10.0, 100.0, 250.0]), KEY).numpy()
     alpha = out[0] / 10.0
     assert 0.5 <= alpha <= 1.5
     np.testing.assert_allclose(out, np.minimum([10 * alpha, 100 * alpha, 250 * alpha], 255))
 
 
 def test_photometric_stays_in_range_and_keeps_grey_grey() -> None:
-    tf.random.set_seed(3)
     grey = tf.fill([4, 4, 3], 100.0)
     colour = tf.constant(np.random.default_rng(0).uniform(0, 255, (6, 6, 3)), tf.float32)
     photometric = tf.function(ade20k_input.photometric)
     changed = 0
-    for _ in range(30):
-        out = photometric(grey).numpy()
+    for seed in range(30):
+        out = photometric(grey, _key(seed)).numpy()
         # brightness +-32, then contrast 0.5..1.5; saturation and hue leave grey alone
         assert np.allclose(out, out[0, 0, 0], atol=1e-3)
         assert (100 - 32) * 0.5 - 1e-3 <= out[0, 0, 0] <= (100 + 32) * 1.5 + 1e-3
-        out = photometric(colour).numpy()
+        out = photometric(colour, _key(seed)).numpy()
         assert out.min() >= 0 and out.max() <= 255
         changed += not np.allclose(out, colour.numpy(), atol=1e-3)
     assert changed >= 20  # each step with p 0.5: unchanged with p 1/16
 
 
 def test_each_photometric_step_runs_with_p_half() -> None:
-    tf.random.set_seed(5)
-    maybe = tf.function(lambda x: ade20k_input._maybe(lambda y: y + 1.0, x))
-    applied = sum(int(maybe(tf.constant(0.0))) for _ in range(200))
+    maybe = tf.function(lambda x, key: ade20k_input._maybe(lambda y, _: y + 1.0, x, key))
+    applied = sum(int(maybe(tf.constant(0.0), _key(seed))) for seed in range(200))
     assert 70 <= applied <= 130
 
 
@@ -212,7 +217,6 @@ def test_each_photometric_step_runs_with_p_half() -> None:
 
 
 def test_train_dataset_batches(prepared: Path) -> None:
-    tf.random.set_seed(0)
     ds = ade20k_input.train_dataset(_files(prepared, "train"), 3, 32, seed=1)
     seen: set[int] = set()
     for images, labels in ds.take(4):
@@ -231,9 +235,8 @@ def test_small_image_is_padded_with_ignore(tmp_path: Path) -> None:
     label = np.zeros((16, 20), np.uint8)
     label[:8] = 150
     label[8:] = 1
-    tf.random.set_seed(4)
-    for _ in range(3):
-        image, out = ade20k_input.train_example(_example(label), 64, (0.5, 0.5))
+    for seed in range(3):
+        image, out = ade20k_input.train_example(_example(label), 64, (0.5, 0.5), _key(seed))
         image, out = image.numpy(), out.numpy()
         assert image.shape == (64, 64, 3) and out.shape == (64, 64)
         assert np.all(out[32:] == 255) and np.all(out[:, 40:] == 255)
@@ -245,7 +248,7 @@ def test_small_image_is_padded_with_ignore(tmp_path: Path) -> None:
 def test_unlabelled_pixels_become_ignore(tmp_path: Path) -> None:
     label = np.zeros((16, 20), np.uint8)
     label[:, :10] = 13
-    _image, out = ade20k_input.train_example(_example(label), 32, (1.0, 1.0))
+    _image, out = ade20k_input.train_example(_example(label), 32, (1.0, 1.0), KEY)
     assert set(np.unique(out.numpy()).tolist()) == {12, 255}
 
 
@@ -253,7 +256,7 @@ def test_train_dataset_workers_see_disjoint_records(
     raw: Path, prepared: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One train file, two workers: each worker's epoch is every other record, once."""
-    monkeypatch.setattr(ade20k_input, "train_example", lambda e, crop, scale: e["filename"])
+    monkeypatch.setattr(ade20k_input, "train_example", lambda e, crop, scale, key: e["filename"])
     files = _files(prepared, "train")
     assert len(files) == 1
     names = sorted(p.name for p in ade20k.image_dir(raw, "train").iterdir())
@@ -288,3 +291,52 @@ def test_png_decoding_matches_pil(tmp_path: Path) -> None:
     Image.fromarray(label).save(buf, format="PNG")
     decoded = tf.io.decode_png(buf.getvalue(), channels=1)[..., 0].numpy()
     assert np.array_equal(decoded, label)
+
+
+# ----------------------------------------------------------------------------- determinism
+
+
+def _take(dataset: tf.data.Dataset, n: int) -> list[np.ndarray]:
+    return [t.numpy() for batch in dataset.take(n) for t in tf.nest.flatten(batch)]
+
+
+def test_the_same_seed_gives_the_same_train_batches(prepared: Path) -> None:
+    """Augmentations are stateless, keyed by (seed, worker, element): the threads of the
+    parallel maps and the order they finish in play no part. (The shuffles take the global
+    seed too, which the engine sets from the seed and the epoch before each epoch's data.)"""
+    files = _files(prepared, "train")
+
+    def batches(seed: int) -> list[np.ndarray]:
+        tf.random.set_seed(0)
+        return _take(ade20k_input.train_dataset(files, 2, 32, seed=seed), 4)
+
+    first = batches(5)
+    assert all(np.array_equal(a, b) for a, b in zip(first, batches(5), strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, batches(6), strict=True))
+
+
+def test_only_the_label_check_is_stateful_and_it_runs_outside_the_parallel_maps(
+    prepared: Path,
+) -> None:
+    """Under op determinism (train.deterministic) tf.data runs a parallel map holding a
+    stateful op serially: the label check (an Assert) has a sequential map of its own."""
+    for ds in (
+        ade20k_input.train_dataset(_files(prepared, "train"), 2, 32, seed=1),
+        ade20k_input.eval_dataset(_files(prepared, "val")),
+    ):
+        ops = stateful_ops(ds)
+        assert [node for node in ops if parallel(node)]
+        assert {node: found for node, found in ops.items() if found and parallel(node)} == {}
+        assert [found for found in ops.values() if found] == [{"Assert"}]
+
+
+def test_a_truncated_val_shard_is_named_before_evaluation(prepared: Path, tmp_path: Path) -> None:
+    files = []
+    for shard in _files(prepared, "val"):
+        files.append(tmp_path / shard.name)
+        files[-1].write_bytes(shard.read_bytes())
+    files[0].write_bytes(files[0].read_bytes()[:100])
+    with pytest.raises(DataError) as err:
+        ade20k_input.eval_dataset(files)
+    assert str(err.value).startswith(f"{files[0]}: truncated record at byte 0: ")
+    assert "`snakemake --forcerun prepare_dataset <target>`" in str(err.value)

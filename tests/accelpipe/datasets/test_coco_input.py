@@ -17,7 +17,9 @@ from accelpipe.datasets.coco_instances import Box, ImageRecord
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.coco_tfrecord import encode
 from accelpipe.engines.keras2 import tf
+from accelpipe.errors import DataError
 from accelpipe.models.ssd_boxes import NUM_BOXES, default_boxes
+from tests.helpers.tf_pipelines import parallel, stateful_ops
 
 pytestmark = pytest.mark.tensorflow
 
@@ -147,7 +149,7 @@ def _random_boxes(rng: np.random.Generator) -> np.ndarray:
 
 def test_ssd_crop_with_a_fixed_crop_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     crop = tf.constant([0.2, 0.1, 0.8, 0.6])
-    monkeypatch.setattr(coco_input, "_one_pass", lambda boxes: (tf.constant(True), crop))
+    monkeypatch.setattr(coco_input, "_one_pass", lambda boxes, key: (tf.constant(True), crop))
     boxes = tf.constant(
         [
             [0.3, 0.2, 0.5, 0.4],  # inside: re-normalised
@@ -157,7 +159,7 @@ def test_ssd_crop_with_a_fixed_crop_is_exact(monkeypatch: pytest.MonkeyPatch) ->
         ]
     )
     image, out, labels = coco_input.ssd_crop(
-        tf.constant(_coordinate_image()), boxes, tf.constant([1, 2, 3, 4])
+        tf.constant(_coordinate_image()), boxes, tf.constant([1, 2, 3, 4]), tf.constant([0, 0])
     )
     assert image.shape == (300, 300, 3)
     np.testing.assert_allclose(_crop_of(image.numpy()), crop.numpy(), atol=TOL)
@@ -182,12 +184,12 @@ def test_ssd_crop_over_many_seeds_keeps_the_reference_rules() -> None:
     image = tf.constant(_coordinate_image())
     whole = np.array([0.0, 0.0, 1.0, 1.0])
     runs, cropped, dropped, checked = 300, 0, 0, 0
-    tf.random.set_seed(0)  # once: the crop's random ops draw a new stream on every call
     for seed in range(runs):
         boxes = _random_boxes(np.random.default_rng(seed))
         labels = np.arange(1, len(boxes) + 1, dtype=np.int32)
+        key = tf.constant([7, seed], tf.int64)
         out_image, out_boxes, out_labels = (
-            t.numpy() for t in crop_fn(image, tf.constant(boxes), tf.constant(labels))
+            t.numpy() for t in crop_fn(image, tf.constant(boxes), tf.constant(labels), key)
         )
         assert out_image.shape == (300, 300, 3)
         crop = _crop_of(out_image)
@@ -257,7 +259,7 @@ def test_train_dataset_workers_see_disjoint_records_covering_all(
 ) -> None:
     """The train split is one file, so two workers shard its records; each worker's epoch is
     its records once (train_example is replaced to return the image id)."""
-    monkeypatch.setattr(coco_input, "train_example", lambda e, anchors: e["source_id"])
+    monkeypatch.setattr(coco_input, "train_example", lambda e, anchors, key: e["source_id"])
     files = _files(prepared, "train")
     assert len(files) == 1
     train_ids = sorted(a["image_id"] for a in _instances(raw, "train")["annotations"])
@@ -275,7 +277,7 @@ def test_train_dataset_workers_see_disjoint_records_covering_all(
 def test_train_dataset_drops_images_without_boxes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(coco_input, "train_example", lambda e, anchors: e["source_id"])
+    monkeypatch.setattr(coco_input, "train_example", lambda e, anchors, key: e["source_id"])
     _jpeg(tmp_path / "a.jpg", 20, 16)
     records = [
         ImageRecord(str(tmp_path / "a.jpg"), i, "a.jpg", 20, 16, boxes)
@@ -290,7 +292,6 @@ def test_train_dataset_drops_images_without_boxes(
 
 
 def test_train_dataset_batches(prepared: Path) -> None:
-    tf.random.set_seed(0)
     anchors = tf.constant(default_boxes())
     ds = coco_input.train_dataset(_files(prepared, "train"), COCO_IDS, anchors, 3, seed=1)
     lo = (0 - np.array(coco_input.MEAN)) / np.array(coco_input.STD)
@@ -330,3 +331,51 @@ def test_eval_dataset_yields_every_val_image_once(raw: Path, prepared: Path) -> 
     assert pixels.shape[:2] == (first["height"], first["width"]) != (300, 300)
     expected = coco_input.normalise(tf.image.resize(pixels, [300, 300])).numpy()
     np.testing.assert_allclose(batches[0]["image"][0].numpy(), expected, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- determinism
+
+
+def _take(dataset: tf.data.Dataset, n: int) -> list[np.ndarray]:
+    return [t.numpy() for batch in dataset.take(n) for t in tf.nest.flatten(batch)]
+
+
+def test_the_same_seed_gives_the_same_train_batches(prepared: Path) -> None:
+    """Augmentations are stateless, keyed by (seed, worker, element): the threads of the
+    parallel maps and the order they finish in play no part. (The shuffles take the global
+    seed too, which the engine sets from the seed and the epoch before each epoch's data.)"""
+    anchors = tf.constant(default_boxes())
+    files = _files(prepared, "train")
+
+    def batches(seed: int) -> list[np.ndarray]:
+        tf.random.set_seed(0)
+        return _take(coco_input.train_dataset(files, COCO_IDS, anchors, 2, seed=seed), 4)
+
+    first = batches(5)
+    assert all(np.array_equal(a, b) for a, b in zip(first, batches(5), strict=True))
+    images = [a for a in first if a.ndim == 4]
+    other = [a for a in batches(6) if a.ndim == 4]
+    assert not all(np.array_equal(a, b) for a, b in zip(images, other, strict=True))
+
+
+def test_the_parallel_maps_hold_no_stateful_op(prepared: Path) -> None:
+    """Under op determinism (train.deterministic) tf.data runs a parallel map holding a
+    stateful op (a tf.lookup table, a legacy random op) serially; these hold none."""
+    ds = coco_input.train_dataset(
+        _files(prepared, "train"), COCO_IDS, tf.constant(default_boxes()), 2, seed=1
+    )
+    ops = stateful_ops(ds)
+    assert [node for node in ops if parallel(node)]  # the interleave and the maps
+    assert {node: found for node, found in ops.items() if found} == {}
+
+
+def test_a_truncated_val_shard_is_named_before_evaluation(prepared: Path, tmp_path: Path) -> None:
+    files = []
+    for shard in _files(prepared, "val"):
+        files.append(tmp_path / shard.name)
+        files[-1].write_bytes(shard.read_bytes())
+    files[1].write_bytes(files[1].read_bytes()[:-10])
+    with pytest.raises(DataError) as err:
+        coco_input.eval_dataset(files, COCO_IDS, 2)
+    assert str(err.value).startswith(f"{files[1]}: truncated record at byte ")
+    assert "`snakemake --forcerun prepare_dataset <target>`" in str(err.value)

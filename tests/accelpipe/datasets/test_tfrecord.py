@@ -137,3 +137,113 @@ def test_records_shard_records_when_files_are_fewer_than_workers(
     assert max(map(len, seen)) - min(map(len, seen)) <= 1
     if num_files == 1:
         assert seen == [items[k::num_workers] for k in range(num_workers)]
+
+
+def test_keys_are_a_function_of_seed_worker_and_element() -> None:
+    def keys(seed: int, worker: int) -> list[tuple[int, int]]:
+        data = tfrecord.keyed(tf.data.Dataset.range(50), seed, worker)
+        return [tuple(k.numpy().tolist()) for k, _ in data]
+
+    first = keys(3, 0)
+    tf.random.set_seed(99)  # no bearing: the keys are stateless
+    assert keys(3, 0) == first
+    assert len(set(first)) == 50
+    assert not set(first) & set(keys(4, 0))
+    assert not set(first) & set(keys(3, 1))
+
+
+# ----------------------------------------------------------------------------- damaged shards
+
+SIZES = [100, 3000, 50]  # records; frames are 16 bytes longer
+
+
+def _shard(folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    (path,) = _write(folder, "d", [bytes([i]) * n for i, n in enumerate(SIZES)], 1)
+    return path
+
+
+def _tf_error(path: Path) -> str:
+    """TensorFlow's own DataLossError message on reading `path` through."""
+    with pytest.raises(tf.errors.DataLossError) as err:
+        list(tf.data.TFRecordDataset(str(path)).as_numpy_iterator())
+    return err.value.message
+
+
+def test_a_whole_shard_has_no_damage(tmp_path: Path) -> None:
+    path = _shard(tmp_path)
+    assert tfrecord.damage(path) is None
+    assert tfrecord.damage(path, checksums=True) is None
+    tfrecord.check_shards([path])
+
+
+def test_a_shard_cut_inside_a_record_is_truncated_there(tmp_path: Path) -> None:
+    path = _shard(tmp_path)
+    second = 100 + 16  # where the second record's frame starts
+    path.write_bytes(path.read_bytes()[: second + 12 + 1000])
+    assert "truncated record at 116" in _tf_error(path)  # TensorFlow: an offset, no file
+    assert tfrecord.damage(path) == (
+        "truncated record at byte 116: it needs 3016 bytes, the file ends 1012 bytes into it"
+    )
+    with pytest.raises(DataError) as err:
+        tfrecord.check_shards([path])
+    assert str(err.value).startswith(f"{path}: truncated record at byte 116: ")
+    assert "snakemake --forcerun prepare_dataset" in str(err.value)
+
+
+def test_a_shard_cut_inside_a_header_is_truncated(tmp_path: Path) -> None:
+    """TensorFlow reads such a file to its last whole record without an error: only the walk
+    over the frames sees the loss."""
+    path = _shard(tmp_path)
+    end = 100 + 16 + 3000 + 16
+    path.write_bytes(path.read_bytes()[: end + 5])
+    assert len(list(tf.data.TFRecordDataset(str(path)))) == 2
+    assert tfrecord.damage(path) == (
+        "truncated: the file ends 5 bytes into the 12-byte header of the record at byte 3132"
+    )
+
+
+def test_a_flipped_byte_is_found_by_its_checksum(tmp_path: Path) -> None:
+    path = _shard(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[116 + 12 + 7] ^= 1  # in the second record's data
+    path.write_bytes(bytes(data))
+    message = _tf_error(path)
+    assert "corrupted record at 128" in message  # the record's data offset
+    assert tfrecord.damage(path) is None  # the frames are whole
+    damaged = "corrupted record at byte 116 (its data fails its checksum)"
+    assert tfrecord.damage(path, checksums=True) == damaged
+    assert tfrecord.damage(path, at=128) == damaged
+    assert tfrecord.damage(path, at=0) is None
+
+
+def test_a_corrupted_length_is_found(tmp_path: Path) -> None:
+    path = _shard(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[116 + 1] ^= 1  # the second record's length
+    path.write_bytes(bytes(data))
+    assert tfrecord.damage(path) == "corrupted record at byte 116 (its length fails its checksum)"
+
+
+def test_the_damaged_shard_is_found_among_those_read_from_tensorflows_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tfrecord, "_READING", {})  # none read in this process yet
+    whole, cut, flipped = (_shard(tmp_path / name) for name in ("whole", "cut", "flipped"))
+    cut.write_bytes(cut.read_bytes()[:-20])
+    data = bytearray(flipped.read_bytes())
+    data[12 + 3] ^= 1  # the first record's data
+    flipped.write_bytes(bytes(data))
+    cut_error, flipped_error = _tf_error(cut), _tf_error(flipped)
+    assert tfrecord.find_damaged(cut_error) is None  # not a shard this process reads
+    tfrecord.reading([whole, cut, flipped])
+    found = tfrecord.find_damaged(cut_error)
+    assert found is not None and found.startswith(f"{cut}: truncated record at byte 3132: ")
+    # the cut shard is damaged too, but not where TensorFlow's message says
+    found = tfrecord.find_damaged(flipped_error)
+    assert found is not None and found.startswith(f"{flipped}: corrupted record at byte 0 ")
+    assert tfrecord.find_damaged("truncated record at 52") is None  # no shard damaged there
+    # no offset: the frames, then every checksum
+    assert tfrecord.find_damaged("some data loss").startswith(f"{cut}: truncated")
+    cut.unlink()
+    assert tfrecord.find_damaged("some data loss").startswith(f"{flipped}: corrupted")

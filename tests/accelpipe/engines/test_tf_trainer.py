@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import json
 import os
@@ -17,12 +18,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.config import TrainConfig
+from accelpipe.config import ProfileConfig, TrainConfig
 from accelpipe.devices import tf_device
 from accelpipe.engines import ENGINES
-from accelpipe.engines.keras2 import keras
-from accelpipe.engines.tf_trainer import MODEL_FILE, PROFILER_TABLE, run_training
+from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_distributed import InputShard
+from accelpipe.engines.tf_trainer import (
+    MODEL_FILE,
+    PROFILER_TABLE,
+    TFTrainer,
+    TFTrainJob,
+    run_training,
+)
 from accelpipe.engines.train_log import LOG_FIELDS, SCALARS, SECTIONS
+from accelpipe.errors import ConfigError
 from tests.helpers import tf_toy
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
 from tests.helpers.tensorboard import log_scalars, read_scalars
@@ -98,6 +107,75 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_its_log(tmp_path: Pat
     assert facts["resumed_from_step"] is None
     assert [int(r["step"]) for r in _log(tmp_path)] == [1, 2, 3]  # none logged twice
     assert [r["attempt"] for r in _log(tmp_path)] == ["0"] * 3
+
+
+def test_deterministic_holds_op_determinism_for_the_run_only(tmp_path: Path) -> None:
+    """train.deterministic: TensorFlow's op determinism on while the run builds its data and
+    trains, and the process left as it was (a slice without the key asks for nothing)."""
+    seen = []
+
+    def make_job(cfg: TrainConfig, device: tf_device.TFDevice) -> TFTrainJob:
+        def dataset(epoch: int, shard: InputShard) -> tf.data.Dataset:
+            seen.append(tf_device.determinism_enabled())
+            return tf_toy.toy_dataset(epoch, shard)
+
+        return dataclasses.replace(tf_toy.make_job(cfg, device), dataset=dataset)
+
+    run_training(_cfg(epochs=1, deterministic=True), tmp_path / "on", make_job)
+    assert not tf_device.determinism_enabled()
+    run_training(_cfg(epochs=1, deterministic=False), tmp_path / "off", make_job)
+    run_training(_cfg(epochs=1), tmp_path / "unset", make_job)
+    assert seen == [True, False, False]
+    with tf_device.determinism(True):
+        run_training(_cfg(epochs=1, deterministic=False), tmp_path / "nested", make_job)
+        assert tf_device.determinism_enabled()
+    assert seen[-1] is False and not tf_device.determinism_enabled()
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_epoch_data_is_in_order_only_when_deterministic(
+    tmp_path: Path, deterministic: bool
+) -> None:
+    """tf.data's `deterministic` option reaches every map and interleave of the pipeline that
+    does not set its own; off, they may hand out elements as they finish."""
+    device = tf_device.resolve("cpu")
+    job = tf_toy.make_job(TrainConfig(lr=0.05), device)
+    trainer = TFTrainer(
+        job, device, TrainConfig(), ProfileConfig(False), tmp_path, deterministic=deterministic
+    )
+    assert trainer._dataset(0).options().deterministic is deterministic
+
+
+def test_an_op_without_a_deterministic_kernel_is_one_line_naming_the_keys(
+    tmp_path: Path,
+) -> None:
+    """XLA has no deterministic MaxPool gradient (SSD's stem with train.compile): under
+    train.deterministic TensorFlow raises UnimplementedError, reported as a ConfigError."""
+
+    def make_job(cfg: TrainConfig, device: tf_device.TFDevice) -> TFTrainJob:
+        pooled = keras.Sequential(
+            [
+                keras.layers.Input((8,)),
+                keras.layers.Dense(8),  # the pool's gradient is needed
+                keras.layers.Reshape((2, 4, 1)),
+                keras.layers.MaxPooling2D((1, 2)),
+                keras.layers.Flatten(),
+                keras.layers.Dense(1),
+            ]
+        )
+        job = tf_toy.make_job(cfg, device)
+        optimizer = keras.optimizers.SGD(0.01)
+        return dataclasses.replace(job, model=pooled, optimizer=optimizer, regularization=None)
+
+    with pytest.raises(ConfigError) as err:
+        run_training(_cfg(epochs=1, compile=True, deterministic=True), tmp_path, make_job)
+    assert str(err.value) == (
+        "train.deterministic: GPU MaxPool gradient ops do not yet have a deterministic XLA "
+        "implementation. (TensorFlow has no deterministic kernel for an op of this model "
+        "here); set train.deterministic: false, or train.compile: false"
+    )
+    facts = run_training(_cfg(epochs=1, compile=True), tmp_path / "off", make_job)
+    assert facts["steps"] == 3
 
 
 KILLED_RUN = """
@@ -205,7 +283,7 @@ from accelpipe.config import TrainConfig, view
 from accelpipe.engines import tf_distributed
 from tests.helpers import tf_toy
 out, mode = Path(sys.argv[1]), (sys.argv[2:] or ["plain"])[0]
-train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2}
+train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2, "deterministic": True}
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
 if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launcher): train
     from accelpipe.engines.tf_trainer import run_training

@@ -5,8 +5,11 @@ without boxes, shuffle, repeat, then per image the SSD random crop, a horizontal
 colour jitter (brightness, contrast, saturation, hue, always, in that order), ImageNet
 normalisation and the anchor matching (models.ssd_boxes.encode_labels), batch, prefetch.
 No `cache()`: the reference caches only when the whole set fits in host RAM (~90 GB).
+Every random draw is a stateless op keyed by (seed, worker, element index)
+(`tfrecord.keyed`): the same seed gives the same augmented batches, with the maps parallel.
 Eval: resize to 300x300 without keeping the aspect ratio, normalise, keep the image id and
-its original size for mapping detections back.
+its original size for mapping detections back; a shard cut short is a DataError naming it
+before the first image.
 
 Class ids: the records hold COCO's ids (1..90, with gaps); the model trains on contiguous
 1..N (0 is background) in the order of the sorted COCO ids, which `class_table` maps.
@@ -17,7 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from accelpipe.datasets.tfrecord import worker_records
+import numpy as np
+
+from accelpipe.datasets import tfrecord
+from accelpipe.datasets.tfrecord import keyed, worker_records
 from accelpipe.engines.keras2 import tf
 from accelpipe.models.ssd_boxes import encode_labels
 
@@ -43,18 +49,30 @@ _FEATURES = {
 }
 
 
-def class_table(coco_ids: Sequence[int]) -> tf.lookup.StaticHashTable:
+class ClassTable:
+    """COCO category id -> contiguous label 1..N (sorted ids); unknown ids -> -1.
+
+    A gather from a dense vector indexed by id, not a tf.lookup table: a table lookup is a
+    stateful op, and under op determinism (train.deterministic) tf.data runs a pipeline
+    holding one serially, every parallel map, interleave and prefetch of it."""
+
+    def __init__(self, coco_ids: Sequence[int]) -> None:
+        ids = sorted(coco_ids)
+        dense = np.full(max(ids, default=0) + 2, -1, np.int64)  # the last: unknown ids
+        dense[ids] = np.arange(1, len(ids) + 1)
+        self.dense = tf.constant(dense)
+
+    def lookup(self, keys: tf.Tensor) -> tf.Tensor:
+        unknown = tf.cast(tf.shape(self.dense)[0] - 1, keys.dtype)
+        return tf.gather(self.dense, tf.where((keys >= 0) & (keys < unknown), keys, unknown))
+
+
+def class_table(coco_ids: Sequence[int]) -> ClassTable:
     """COCO category id -> contiguous label 1..N (sorted ids); unknown ids -> -1."""
-    ids = sorted(coco_ids)
-    return tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(
-            tf.constant(ids, tf.int64), tf.range(1, len(ids) + 1, dtype=tf.int64)
-        ),
-        default_value=-1,
-    )
+    return ClassTable(coco_ids)
 
 
-def parse(record: tf.Tensor, table: tf.lookup.StaticHashTable) -> dict[str, tf.Tensor]:
+def parse(record: tf.Tensor, table: ClassTable) -> dict[str, tf.Tensor]:
     """One tf.Example: JPEG bytes, id, size, boxes [N,4] (ymin, xmin, ymax, xmax), labels [N]."""
     ex = tf.io.parse_single_example(record, _FEATURES)
     coords = [
@@ -89,16 +107,22 @@ def _centres_inside(crops: tf.Tensor, boxes: tf.Tensor) -> tf.Tensor:
     )
 
 
-def _one_pass(boxes: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def split_key(key: tf.Tensor, n: int) -> list[tf.Tensor]:
+    """`n` independent stateless seeds from one."""
+    return tf.unstack(tf.random.experimental.stateless_split(key, n))
+
+
+def _one_pass(boxes: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """One pass of the SSD crop: (accepted?, crop [ymin, xmin, ymax, xmax])."""
-    choice = tf.random.uniform([], 0, len(_MIN_IOUS) + 1, dtype=tf.int32)
+    choice_key, size_key, origin_key = split_key(key, 3)
+    choice = tf.random.stateless_uniform([], choice_key, 0, len(_MIN_IOUS) + 1, dtype=tf.int32)
     whole = tf.constant([0.0, 0.0, 1.0, 1.0])
     if_kept = (tf.constant(True), whole)
 
     def try_crops() -> tuple[tf.Tensor, tf.Tensor]:
         min_iou = tf.gather(_MIN_IOUS, choice)
-        hw = tf.random.uniform([_CANDIDATES, 2], 0.3, 1.0)
-        origin = tf.random.uniform([_CANDIDATES, 2]) * (1.0 - hw)
+        hw = tf.random.stateless_uniform([_CANDIDATES, 2], size_key, 0.3, 1.0)
+        origin = tf.random.stateless_uniform([_CANDIDATES, 2], origin_key) * (1.0 - hw)
         crops = tf.concat([origin, origin + hw], axis=1)
         aspect = hw[:, 0] / hw[:, 1]
         valid = (
@@ -114,16 +138,17 @@ def _one_pass(boxes: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def ssd_crop(
-    image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor
+    image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, key: tf.Tensor
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """The IoU-biased random crop, resized to 300x300; boxes whose centre leaves the crop
-    are dropped, the rest clipped and re-normalised to it."""
+    are dropped, the rest clipped and re-normalised to it. `key`: the stateless seed."""
+    pass_keys = tf.random.experimental.stateless_split(key, _MAX_PASSES)
 
     def cond(i: tf.Tensor, done: tf.Tensor, crop: tf.Tensor) -> tf.Tensor:
         return (i < _MAX_PASSES) & ~done
 
     def body(i: tf.Tensor, done: tf.Tensor, crop: tf.Tensor) -> tuple:
-        accepted, candidate = _one_pass(boxes)
+        accepted, candidate = _one_pass(boxes, tf.gather(pass_keys, i))
         return i + 1, accepted, candidate
 
     start = (tf.constant(0), tf.constant(False), tf.constant([0.0, 0.0, 1.0, 1.0]))
@@ -142,11 +167,12 @@ def _flip(image: tf.Tensor, boxes: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.image.flip_left_right(image), flipped
 
 
-def _colour(image: tf.Tensor) -> tf.Tensor:
-    image = tf.image.random_brightness(image, 0.125)
-    image = tf.image.random_contrast(image, 0.5, 1.5)
-    image = tf.image.random_saturation(image, 0.5, 1.5)
-    image = tf.image.random_hue(image, 0.05)
+def _colour(image: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
+    brightness, contrast, saturation, hue = split_key(key, 4)
+    image = tf.image.stateless_random_brightness(image, 0.125, brightness)
+    image = tf.image.stateless_random_contrast(image, 0.5, 1.5, contrast)
+    image = tf.image.stateless_random_saturation(image, 0.5, 1.5, saturation)
+    image = tf.image.stateless_random_hue(image, 0.05, hue)
     return tf.clip_by_value(image, 0.0, 1.0)
 
 
@@ -155,13 +181,15 @@ def normalise(image: tf.Tensor) -> tf.Tensor:
     return (image - MEAN) * (1.0 / tf.constant(STD))
 
 
-def train_example(example: dict[str, tf.Tensor], anchors: tf.Tensor) -> tuple:
-    """One training image -> (image [300,300,3], (classes [A], boxes [A,4], num_matched))."""
+def train_example(example: dict[str, tf.Tensor], anchors: tf.Tensor, key: tf.Tensor) -> tuple:
+    """One training image -> (image [300,300,3], (classes [A], boxes [A,4], num_matched));
+    its augmentations drawn from the stateless seed `key`."""
+    crop_key, flip_key, colour_key = split_key(key, 3)
     image = tf.image.convert_image_dtype(tf.io.decode_jpeg(example["jpeg"], channels=3), tf.float32)
-    image, boxes, labels = ssd_crop(image, example["boxes"], example["labels"])
-    flip = tf.random.uniform([]) < 0.5
+    image, boxes, labels = ssd_crop(image, example["boxes"], example["labels"], crop_key)
+    flip = tf.random.stateless_uniform([], flip_key) < 0.5
     image, boxes = tf.cond(flip, lambda: _flip(image, boxes), lambda: (image, boxes))
-    image = normalise(_colour(image))
+    image = normalise(_colour(image, colour_key))
     image.set_shape([IMAGE_SIZE, IMAGE_SIZE, 3])
     return image, encode_labels(boxes, labels, anchors)
 
@@ -186,8 +214,8 @@ def train_dataset(
     ds = worker_records(files, num_workers, index, seed)
     ds = ds.map(lambda r: parse(r, table), num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.filter(lambda e: tf.shape(e["labels"])[0] > 0)
-    ds = ds.shuffle(64, seed=seed).repeat()
-    ds = ds.map(lambda e: train_example(e, anchors), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = keyed(ds.shuffle(64, seed=seed).repeat(), seed, index)
+    ds = ds.map(lambda key, e: train_example(e, anchors, key), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -195,7 +223,10 @@ def eval_dataset(
     files: Sequence[Path], coco_ids: Sequence[int], batch_size: int
 ) -> tf.data.Dataset:
     """Every validation image once, in file order."""
+    files = sorted(files)
+    tfrecord.check_shards(files)
+    tfrecord.reading(files)
     table = class_table(coco_ids)
-    ds = tf.data.TFRecordDataset([str(f) for f in sorted(files)])
+    ds = tf.data.TFRecordDataset([str(f) for f in files])
     ds = ds.map(lambda r: eval_example(parse(r, table)), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)

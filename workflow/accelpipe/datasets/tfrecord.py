@@ -5,7 +5,12 @@ way the tensorflow/tpu converters do (record i goes to shard i % num_shards), wr
 per task on one process pool for all splits and checks that every expected record was
 written. Callers write into a folder that `accelpipe.io.atomic_path` renames into place, so a
 failure leaves nothing.
-`worker_records` is the reading side: one data-parallel worker's share of the shards.
+`worker_records` is the reading side: one data-parallel worker's share of the shards, and
+`keyed` gives each element of a stream its own random key (stateless augmentations: the same
+seed gives the same augmentations whatever the threads do). `damage` walks a shard's record
+frames to say whether and where it is cut short or corrupted, which TensorFlow's reader does
+not (its DataLossError names an offset but no file): `check_shards` runs it before reading,
+`find_damaged` after a DataLossError, over the shards this process reads (`reading`).
 
 Writing needs no TensorFlow: a TFRecord is a little-endian uint64 length, the masked CRC-32C
 of those 8 bytes, the record and the masked CRC-32C of the record (tensorflow/core/lib/io/
@@ -16,6 +21,7 @@ worker cost seconds per worker, more than converting a small dataset.
 from __future__ import annotations
 
 import functools
+import re
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -243,7 +249,9 @@ def worker_records(files: Sequence[Path], num_workers: int, index: int, seed: in
     num_workers-th record of all files; files shuffled by `seed` and read interleaved."""
     tf = _tf()
     by_file = len(files) >= num_workers
-    paths = tf.data.Dataset.from_tensor_slices([str(f) for f in sorted(files)])
+    ordered = sorted(files)
+    reading(ordered[index::num_workers] if by_file else ordered)
+    paths = tf.data.Dataset.from_tensor_slices([str(f) for f in ordered])
     if by_file:
         paths = paths.shard(num_workers, index)
     paths = paths.shuffle(len(files), seed=seed)
@@ -253,3 +261,105 @@ def worker_records(files: Sequence[Path], num_workers: int, index: int, seed: in
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return records if by_file else records.shard(num_workers, index)
+
+
+def keyed(dataset: Any, seed: int, worker: int = 0) -> Any:
+    """`dataset`'s elements as (key, element): key, the stateless random seed (int [2]) of
+    element i of worker `worker`'s stream under `seed`. Augmentations drawn with stateless
+    ops from it are a function of (seed, worker, i) alone, so parallel maps stay parallel and
+    deterministic, and a dataset rebuilt with the same seed repeats them."""
+    tf = _tf()
+    base = tf.constant([seed, worker], tf.int64)
+    return dataset.enumerate().map(
+        lambda i, element: (tf.random.experimental.stateless_fold_in(base, i), element)
+    )
+
+
+# ----------------------------------------------------------------------------- damaged shards
+
+_HEADER = 12  # uint64 length, masked CRC-32C of those 8 bytes
+_FOOTER = 4  # masked CRC-32C of the record
+REMAKE = "re-make the prepared data with `snakemake --forcerun prepare_dataset <target>`"
+_READING: dict[str, None] = {}  # shards read in this process, in order (find_damaged)
+
+
+def damage(path: Path, checksums: bool = False, at: int | None = None) -> str | None:
+    """What is wrong with the TFRecord file `path`, or None.
+
+    Walks the record frames by their length fields (one 12-byte read a record, each length's
+    checksum checked): a frame that runs past the end of the file is truncation. With
+    `checksums` every record's checksum is checked too (the whole file is read); `at` checks
+    the record starting at that offset, or whose data does (the offsets TensorFlow's reader
+    reports: "truncated record at <start>", "corrupted record at <start + 12>").
+    """
+    found = _walk(path, checksums, at)
+    return found[1] if found else None
+
+
+def _walk(path: Path, checksums: bool, at: int | None) -> tuple[int, str] | None:
+    """`damage`, with the offset of the damaged record."""
+    size = path.stat().st_size
+    start = 0
+    with path.open("rb") as file:
+        while start < size:
+            file.seek(start)
+            header = file.read(_HEADER)
+            if len(header) < _HEADER:
+                return start, (
+                    f"truncated: the file ends {size - start} bytes into the "
+                    f"{_HEADER}-byte header of the record at byte {start}"
+                )
+            if _masked_crc32c(header[:8]) != header[8:]:
+                return start, f"corrupted record at byte {start} (its length fails its checksum)"
+            (length,) = struct.unpack("<Q", header[:8])
+            end = start + _HEADER + length + _FOOTER
+            if end > size:
+                return start, (
+                    f"truncated record at byte {start}: it needs {end - start} bytes, "
+                    f"the file ends {size - start} bytes into it"
+                )
+            if checksums or at in (start, start + _HEADER):
+                data = file.read(length)
+                if _masked_crc32c(data) != file.read(_FOOTER):
+                    return start, f"corrupted record at byte {start} (its data fails its checksum)"
+            start = end
+    return None
+
+
+def _damaged(path: Path, problem: str) -> str:
+    return f"{path}: {problem}; the shard is damaged: {REMAKE}"
+
+
+def check_shards(paths: Iterable[Path]) -> None:
+    """Raise DataError naming the first of `paths` whose records do not fill it exactly (cut
+    short, or a length corrupted); checksums are left to the reader."""
+    for path in paths:
+        problem = damage(Path(path))
+        if problem:
+            raise DataError(_damaged(path, problem))
+
+
+def reading(paths: Iterable[Path]) -> None:
+    """Note that this process reads `paths`, for `find_damaged` to search."""
+    for path in paths:
+        _READING[str(path)] = None
+
+
+def find_damaged(reader_message: str) -> str | None:
+    """After TensorFlow's reader failed with `reader_message` (a DataLossError's: "truncated
+    record at N", "corrupted record at N", no file named): one line naming the shard this
+    process reads (`reading`) that is damaged and what to do, or None if none is found.
+
+    With an offset in the message, the shard damaged at that offset: the frames of every
+    shard are walked (a read a record) and the record there checksummed. Without one, the
+    first shard whose frames are damaged, else whose checksums fail (every record read)."""
+    match = re.search(r"(?:truncated|corrupted) record at (\d+)", reader_message)
+    at = int(match.group(1)) if match else None
+    paths = [Path(p) for p in _READING if Path(p).is_file()]
+    # With an offset, the first walk checksums the record there: no second one is needed.
+    for checksums in (False,) if at is not None else (False, True):
+        for path in paths:
+            found = _walk(path, checksums, at)
+            if found and (at is None or at in (found[0], found[0] + _HEADER)):
+                return _damaged(path, found[1])
+    return None

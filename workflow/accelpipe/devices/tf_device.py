@@ -11,8 +11,10 @@ whose runtime is missing fails at once with BackendUnavailableError.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import platform
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +154,45 @@ def multi_worker_strategy(backend: str) -> Any:
         else:
             return HPUStrategy()
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def determinism_enabled() -> bool:
+    """Whether TensorFlow's op determinism is on in this process."""
+    from tensorflow.python.framework import config as tf_config
+
+    return bool(tf_config.is_op_determinism_enabled())
+
+
+@contextlib.contextmanager
+def determinism(enabled: bool) -> Iterator[None]:
+    """`set_determinism(enabled)` for the block, then back to what it was (a run leaves the
+    process as it found it: tests train several in one process)."""
+    before = determinism_enabled()
+    set_determinism(enabled)
+    try:
+        yield
+    finally:
+        set_determinism(before)
+
+
+def set_determinism(enabled: bool) -> None:
+    """TensorFlow's op determinism on or off for this process (`train.deterministic`).
+
+    On: every op runs a deterministic kernel or raises UnimplementedError (the GPU kernels
+    that add with atomics, cuDNN's nondeterministic algorithms, ...), a TensorFlow random op
+    without a seed raises RuntimeError, and tf.data keeps its elements in order and runs a
+    map with stateful ops serially. The switch is process-wide: set it both ways, so a run
+    never inherits an earlier one's (TensorFlow's public API can only switch it on; the
+    off switch is its own `disable_op_determinism`, where this TensorFlow has it).
+    """
+    if enabled:
+        tf.config.experimental.enable_op_determinism()
+        return
+    from tensorflow.python.framework import config as tf_config
+
+    disable = getattr(tf_config, "disable_op_determinism", None)
+    if disable is not None:
+        disable()
 
 
 def limit_threads(threads: int) -> None:

@@ -3,7 +3,12 @@
 A tf.debugging.Assert that fails inside a dataset's map function reaches Python as an
 InvalidArgumentError from the iterator, its message wrapped in graph context. `check` marks
 the message; `data_errors` (and `checked`, an iteration under it) turns an error carrying the
-mark into a DataError with just that message, and lets every other error through unchanged.
+mark into a DataError with just that message.
+
+A damaged TFRecord shard reaches Python as a DataLossError ("truncated record at 16135")
+that names no file: `data_errors` finds the shard among those this process reads
+(datasets.tfrecord.find_damaged) and raises a DataError naming it and how to re-make it.
+Every other error passes through unchanged.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from accelpipe.datasets.tfrecord import find_damaged
 from accelpipe.engines.keras2 import tf
 from accelpipe.errors import DataError
 
@@ -39,12 +45,18 @@ def _marked(message: str) -> str | None:
 
 @contextlib.contextmanager
 def data_errors() -> Iterator[None]:
-    """Re-raise a failed `check` met while iterating a dataset as one DataError line."""
+    """Re-raise a failed `check`, or a damaged TFRecord shard, met while iterating a dataset
+    as one DataError line."""
     try:
         yield
     except tf.errors.InvalidArgumentError as err:
         message = _marked(err.message)
         if message is None:
+            raise
+        raise DataError(message) from None
+    except tf.errors.DataLossError as err:
+        message = find_damaged(err.message)
+        if message is None:  # not a shard read here: TensorFlow's own message is all there is
             raise
         raise DataError(message) from None
 

@@ -25,6 +25,7 @@ from accelpipe.datasets.coco_input import eval_dataset, train_dataset
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.keras2 import keras, tf
+from accelpipe.engines.tf_data_checks import checked
 from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import DataError
@@ -163,7 +164,7 @@ def evaluate(
         )
     model, _ = tf_trainer.load_for_eval(model_dir, cfg, functools.partial(_build, architecture))
     detections: list[dict[str, Any]] = []
-    for batch in eval_dataset(_shards(prepared, "val"), ids, ev["batch_size"]):
+    for batch in checked(eval_dataset(_shards(prepared, "val"), ids, ev["batch_size"])):
         cls_logits, boxes = model(batch["image"], training=False)
         detections += decode_detections(
             cls_logits.numpy(),
