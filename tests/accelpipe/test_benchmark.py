@@ -20,6 +20,7 @@ def _train_dir(root: Path, row: str, rates: list[float], waits: list[float]) -> 
     folder = root / row
     folder.mkdir(parents=True)
     stage = {
+        "backend": "cpu",
         "precision": precision,
         "global_batch": int(batch),
         "world_size": 1,
@@ -44,15 +45,16 @@ def test_rows_leave_out_the_warmup_and_sort_by_precision_then_batch(tmp_path: Pa
     rows = benchmark.write_table(dirs, "ssd", warmup_steps=1, out=tmp_path / "out")
     assert [r["row"] for r in rows] == ["bf16-b4", "bf16-b8", "fp32-b8"]
     fp32 = rows[2]
-    assert (fp32["samples_per_s"], fp32["samples_per_s_p10"], fp32["samples_per_s_p90"]) == (
-        100.0,
-        84.0,
-        116.0,
-    )
+    spread = [fp32[f"per_step_samples_per_s_{q}"] for q in ("p10", "median", "p90")]
+    assert spread == [84.0, 100.0, 116.0]
+    # the throughput: 3 x 8 samples over 100 + 80 + 66.67 ms, not the median rate
+    assert fp32["samples_per_s"] == pytest.approx(24 / (0.1 + 0.08 + 8 / 120), rel=1e-4)
+    assert fp32["not_measured"] is None
     # step times 100, 80, 66.67 ms: the median is the 100 samples/s step
-    assert fp32["step_ms"] == pytest.approx(80.0)
+    assert fp32["step_ms_median"] == pytest.approx(80.0)
     assert fp32["data_wait_share"] == pytest.approx(30 / (100 + 80 + 1000 * 8 / 120), abs=1e-4)
     assert fp32["steps_measured"] == 3 and fp32["peak_host_rss_bytes"] == 123_000_000
+    assert fp32["flops_per_sample"] is None and fp32["mfu"] is None  # no counted step here
     table = json.loads((tmp_path / "out" / "benchmark.json").read_text())
     assert table == {"workload": "ssd", "warmup_steps": 1, "rows": rows}
     with (tmp_path / "out" / "benchmark.csv").open() as f:

@@ -22,7 +22,7 @@ def test_empty_config_gets_the_reference_defaults() -> None:
     assert unet["folds"] == 5 and unet["prepare"] == {"patch_size": [192, 160], "fold_seed": 12345}
     assert unet["model"]["filters"] == [32, 64, 128, 256, 512, 512]
     assert unet["train"]["lr"] == 0.001 and unet["train"]["batch_size"] == 64
-    assert unet["profile"]["schedule"] == {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+    assert unet["profile"]["schedule"] == {"wait": 5, "warmup": 1, "active": 5, "repeat": 1}
 
 
 def test_shipped_config_is_valid_and_keeps_its_values() -> None:
@@ -151,3 +151,16 @@ def test_unknown_run_names_the_known_ones() -> None:
     config = validate({})
     with pytest.raises(ConfigError, match=r"has no run 'nope' \(known: bf16, fp32\)"):
         run_train(config["resnet50"], "resnet50", "nope")
+
+
+def test_the_profiler_records_after_the_performance_warmup() -> None:
+    config = validate({})
+    for workload in ("unet2d", "swinunetr", "resnet50", "ssd", "segmenter"):
+        schedule = config[workload]["profile"]["schedule"]
+        assert schedule["wait"] >= config["performance"]["warmup_steps"]
+        assert schedule["active"] >= 5  # a median of the profiled steps
+    early = {"ssd": {"profile": {"schedule": {"wait": 2}}}}
+    with pytest.raises(ConfigError, match=r"'ssd\.profile\.schedule\.wait': 2 is less than"):
+        validate(early)
+    validate(early | {"performance": {"warmup_steps": 2}})
+    validate({"ssd": {"profile": {"enabled": False, "schedule": {"wait": 0}}}})

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from accelpipe import performance
+from accelpipe.devices import device_family
 from accelpipe.errors import DataError
 from accelpipe.performance import Figure
 from tests.helpers.train_logs import write_train_log
@@ -54,10 +55,46 @@ def test_statistics_leave_out_warmup_and_profiled_steps(tmp_path: Path) -> None:
     stats = performance.step_statistics(_write_log(tmp_path / "train_log.csv"), 1)
     assert stats["steps"] == {"logged": 8, "warmup": 1, "profiled_excluded": 2, "measured": 5}
     # measured rates 80 90 100 110 120: p10 and p90 interpolate between neighbours
-    assert stats["samples_per_s"] == pytest.approx({"median": 100.0, "p10": 84.0, "p90": 116.0})
+    per_step = stats["per_step"]
+    assert per_step["samples_per_s"] == pytest.approx({"median": 100.0, "p10": 84.0, "p90": 116.0})
     # measured steps 30 36 40 44 50 ms
-    assert stats["step_ms"] == pytest.approx({"median": 40.0, "p10": 32.4, "p90": 47.6})
+    assert per_step["step_ms"] == pytest.approx({"median": 40.0, "p10": 32.4, "p90": 47.6})
     assert stats["data_wait_share"] == pytest.approx(15 / 200)
+    # the throughput: the measured steps' samples (4 4 4 4 4) over their wall time (200 ms)
+    assert stats["throughput"] == {
+        "samples_per_s": 100.0,
+        "samples": 20,
+        "seconds": 0.2,
+        "not_measured": None,
+    }
+
+
+def test_the_throughput_is_samples_over_wall_time_not_a_median_of_rates(tmp_path: Path) -> None:
+    """Nine fast steps and one slow one: the median rate says 100/s, the run did 10/s. The
+    wall time since the previous logged step also counts what the step time leaves out."""
+    fast = [(100.0, 0.0, 10.0, "0", 1, 10.0)] * 9
+    slow = [(1.0, 900.0, 1000.0, "0", 1, 1000.0)]
+    with_logging = [(100.0, 0.0, 10.0, "0", 1, 10.0 + 2.0)] * 9 + slow
+    log = write_train_log(tmp_path / "a.csv", fast + slow)
+    stats = performance.step_statistics(log, 0)
+    assert stats["per_step"]["samples_per_s"]["median"] == 100.0
+    assert stats["throughput"]["samples_per_s"] == pytest.approx(10 / 1.09, rel=1e-3)
+    log = write_train_log(tmp_path / "b.csv", with_logging)
+    assert performance.step_statistics(log, 0)["throughput"]["samples_per_s"] == pytest.approx(
+        10 / 1.108, rel=1e-3
+    )
+
+
+def test_unlogged_steps_between_logged_ones_count(tmp_path: Path) -> None:
+    """log_every 4: a logged row carries the 4 steps' samples and wall time since the last."""
+    rows = [(100.0, 0.0, 10.0, "0", 4, 50.0)] * 3
+    stats = performance.step_statistics(write_train_log(tmp_path / "log.csv", rows), 1)
+    assert stats["throughput"] == {
+        "samples_per_s": 80.0,
+        "samples": 8,
+        "seconds": 0.1,
+        "not_measured": None,
+    }
 
 
 def test_a_warmup_step_the_profiler_ran_counts_as_warmup(tmp_path: Path) -> None:
@@ -72,20 +109,32 @@ def test_every_attempt_of_a_resumed_run_has_its_warmup_left_out(tmp_path: Path) 
     stats = performance.step_statistics(log, 1)
     assert stats["steps"] == {"logged": 8, "warmup": 2, "profiled_excluded": 2, "measured": 4}
     # measured: step 4 (100) of the first attempt, 6 7 8 (90 120 80) of the second
-    assert stats["samples_per_s"]["median"] == pytest.approx(95.0)
+    assert stats["per_step"]["samples_per_s"]["median"] == pytest.approx(95.0)
 
 
 def test_no_measured_step_gives_no_statistics(tmp_path: Path) -> None:
     stats = performance.step_statistics(_write_log(tmp_path / "train_log.csv"), 8)
     assert stats["steps"]["measured"] == 0
-    assert stats["samples_per_s"] is None and stats["step_ms"] is None
+    assert stats["per_step"] == {"samples_per_s": None, "step_ms": None}
     assert stats["data_wait_share"] is None
+    assert stats["throughput"]["samples_per_s"] is None
+    assert stats["throughput"]["not_measured"] == (
+        "the warm-up (performance.warmup_steps: 8 per attempt) is at least as long as the run "
+        "(8 logged steps)"
+    )
+
+
+def test_a_run_profiled_after_its_warmup_says_so(tmp_path: Path) -> None:
+    log = write_train_log(tmp_path / "log.csv", [(1.0, 0.0, 1.0, "0"), (1.0, 0.0, 1.0, "1")])
+    throughput = performance.step_statistics(log, 1)["throughput"]
+    assert throughput["samples_per_s"] is None
+    assert "every step after the warm-up was profiled" in throughput["not_measured"]
 
 
 def test_a_log_without_the_profiled_column_is_named(tmp_path: Path) -> None:
     log = tmp_path / "train_log.csv"
     log.write_text("epoch,step,loss,lr,samples_per_s,data_wait_ms,step_ms\n0,1,1,1,1,1,1\n")
-    with pytest.raises(DataError, match=r"train_log\.csv: no column profiled"):
+    with pytest.raises(DataError, match=r"train_log\.csv: no column profiled, samples, wall_ms"):
         performance.step_statistics(log, 0)
 
 
@@ -104,11 +153,11 @@ def test_a_log_without_the_profiled_column_is_named(tmp_path: Path) -> None:
     ],
 )
 def test_device_family_from_backend_and_name(backend: str, device: str, family: str) -> None:
-    assert performance.device_family(backend, device) == family
+    assert device_family(backend, device) == family
 
 
 def test_reference_compares_per_card_with_the_nearest_card_count() -> None:
-    rates = {"median": 1600.0, "p10": 1500.0, "p90": 1700.0}
+    rates = 1600.0
     published, note = performance.reference("ssd", TRAIN, rates, FIGURES)
     assert published == {
         "samples_per_s": 3200.0,
@@ -151,7 +200,7 @@ def test_the_shipped_figures_load_and_each_names_a_family_we_can_match() -> None
     assert figures
     for figure in figures:
         backend, name = ("gaudi", "GAUDI") if figure.device == "Gaudi" else ("cuda", figure.device)
-        assert performance.device_family(backend, name) == figure.device
+        assert device_family(backend, name) == figure.device
 
 
 def _bad_figures(tmp_path: Path, **changes: object) -> Path:
@@ -190,7 +239,10 @@ def test_run_performance_writes_the_contract_from_the_run_files(tmp_path: Path) 
     stats = performance.step_statistics(train / "train_log.csv", 1)
     reference = facts.pop("reference")
     assert reference["cards"] == 8
-    # median 100 samples/s; the ratio keeps 4 significant digits
+    compute = facts.pop("compute")  # stage.json without flops and gemm: each says why not
+    assert compute["flops_per_sample"] is None and compute["mfu"] is None
+    assert compute["not_measured"]["flops"] == "no counted train step"
+    # 100 samples/s over the measured steps; the ratio keeps 4 significant digits
     assert reference["ratio"] == pytest.approx((100 / 8) / (3200 / 8), rel=1e-3)
     assert "per card" in facts.pop("reference_note")
     assert facts == {
@@ -202,11 +254,80 @@ def test_run_performance_writes_the_contract_from_the_run_files(tmp_path: Path) 
         "world_size": 8,
         "global_batch": 1024,
         "steps": {"total": 8, **stats["steps"]},
-        "samples_per_s": stats["samples_per_s"],
-        "step_ms": stats["step_ms"],
+        "throughput": stats["throughput"],
+        # 8 steps of 1024 samples over the stage's 12.5 s
+        "stage_throughput": {"samples_per_s": 655.36, "samples": 8192, "seconds": 12.5},
+        "per_step": stats["per_step"],
         "data_wait_share": stats["data_wait_share"],
+        "profiled_step": {
+            "trace_median_ms": None,
+            "measured_median_ms": 40.0,
+            "ratio": None,
+            "agrees": None,
+            "note": "not compared: no profiled step in the trace",
+        },
         "time_to_train_s": 12.5,
         "peak_device_memory_bytes": 123,
         "device_memory_source": "torch.hpu.max_memory_allocated",
         "peak_host_rss_bytes": 456,
+        "definitions": performance.DEFINITIONS,
     }
+
+
+@pytest.mark.parametrize(("traced", "agrees"), [(44.0, True), (31.0, False), (1196.0, False)])
+def test_the_profiled_step_is_checked_against_the_measured_median(
+    tmp_path: Path, traced: float, agrees: bool
+) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    summary = {"steps": {"count": 3, "ms": {"median": traced}}}
+    (trace / "summary.json").write_text(json.dumps(summary))
+    checked = performance.profiled_step(trace, {"median": 40.0, "p10": 30.0, "p90": 50.0})
+    assert checked["agrees"] is agrees and checked["ratio"] == pytest.approx(traced / 40.0)
+    assert ("DISAGREES" in checked["note"]) is not agrees
+    assert f"{traced:.3f} ms" in checked["note"] and "40.000 ms" in checked["note"]
+
+
+def test_a_resumed_stage_counts_only_its_own_steps() -> None:
+    resumed = performance.stage_throughput(TRAIN | {"resumed_from_step": 6, "seconds": 2.0})
+    assert resumed == {"samples_per_s": 1024.0, "samples": 2048, "seconds": 2.0}
+
+
+GEMM = {"gemm_tflops": 800.0, "size": 8192, "repeats": 20, "tf32_switches": {"matmul": False}}
+FLOPS = {
+    "flops_per_sample": 24.3e9,
+    "counted_by": "torch.utils.flop_counter.FlopCounterMode",
+    "by_kind": {"conv": 24e9, "matmul": 0.3e9, "attention": 0},
+}
+
+
+def test_compute_gives_model_tflops_mfu_and_the_fraction_of_the_measured_ceiling() -> None:
+    train = TRAIN | {
+        "backend": "cuda",
+        "device": "NVIDIA H100 80GB HBM3",
+        "world_size": 2,
+        "flops": FLOPS,
+        "gemm": GEMM,
+    }
+    compute = performance.compute(train, 10_000.0)  # samples/s of both devices
+    model = 24.3e9 * 10_000 / 1e12  # 243 TFLOP/s
+    assert compute["model_tflops"] == pytest.approx(model, rel=1e-3)
+    assert compute["peak_tflops_per_device"] == 989.0  # H100 SXM, bf16 dense
+    assert compute["mfu"] == pytest.approx(model / (2 * 989.0), rel=1e-3)
+    assert compute["gemm_fraction"] == pytest.approx(model / (2 * 800.0), rel=1e-3)
+    assert compute["not_measured"] is None
+
+
+def test_compute_on_the_cpu_has_a_ceiling_fraction_and_no_mfu() -> None:
+    train = TRAIN | {"backend": "cpu", "device": "cpu (x86_64)", "world_size": 1}
+    compute = performance.compute(
+        train | {"flops": FLOPS, "gemm": GEMM | {"gemm_tflops": 0.2}}, 2.0
+    )
+    assert compute["mfu"] is None and compute["peak_note"] == "cpu: no published dense peak"
+    assert compute["gemm_fraction"] == pytest.approx(24.3e9 * 2 / 1e12 / 0.2, rel=1e-3)
+
+
+def test_compute_without_a_measured_throughput_says_why() -> None:
+    compute = performance.compute(TRAIN | {"flops": FLOPS, "gemm": GEMM}, None)
+    assert compute["model_tflops"] is None and compute["gemm_fraction"] is None
+    assert "no measured throughput" in compute["not_measured"]["model_tflops"]

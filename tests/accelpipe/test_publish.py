@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
-from accelpipe.engines.train_log import LOG_FIELDS, log_row
+from accelpipe.engines.train_log import LOG_FIELDS, Interval, log_row
 from accelpipe.errors import DataError
 from accelpipe.performance import PERFORMANCE_FILE
 from accelpipe.publish import RUN_FILES, aggregate_folds, publish_run
+from tests.helpers.run_folders import trace_summary
 
 # What the publish slice carries besides the workload's block (stage_config.publish).
 SLICE = {"performance": {"warmup_steps": 1}, "reference_figures": []}
@@ -40,8 +41,10 @@ def _stage_dirs(root: Path) -> dict[str, Path]:
         writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
         writer.writeheader()
         for step in (1, 2):
-            writer.writerow(log_row(0, step, 1.0, 0.1, 4, 0.01, 0.1, profiled=False))
+            row = log_row(0, step, 1.0, 0.1, 4, 0.01, 0.1, interval=Interval(), profiled=False)
+            writer.writerow(row)
     (dirs["train"] / "model.pt").write_text("weights")
+    (dirs["trace"] / "summary.json").write_text(json.dumps(trace_summary()))
     return dirs
 
 

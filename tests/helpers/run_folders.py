@@ -49,10 +49,10 @@ def performance(
     backend: str = "cpu",
     reference: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """performance.json with exactly the keys of the SPEC's Contract A."""
-    spread = (
-        dict(zip(("median", "p10", "p90"), samples_per_s, strict=True)) if samples_per_s else None
-    )
+    """performance.json as accelpipe.performance.run_performance writes it; `samples_per_s`:
+    (the throughput, the per-step p10, p90), None: no step measured."""
+    rate, p10, p90 = samples_per_s or (None, None, None)
+    measured = samples_per_s is not None
     return {
         "workload": workload,
         "run": run,
@@ -62,9 +62,25 @@ def performance(
         "world_size": 2,
         "global_batch": 16,
         "steps": {"total": 10, "logged": 10, "warmup": 2, "profiled_excluded": 3, "measured": 5},
-        "samples_per_s": spread,
-        "step_ms": {"median": 10.0, "p10": 9.0, "p90": 12.0} if samples_per_s else None,
-        "data_wait_share": 0.1 if samples_per_s else None,
+        "throughput": {
+            "samples_per_s": rate,
+            "samples": 80 if measured else 0,
+            "seconds": 80 / rate if rate else 0.0,
+            "not_measured": None if measured else "the warm-up is as long as the run",
+        },
+        "stage_throughput": {"samples_per_s": 160 / seconds, "samples": 160, "seconds": seconds},
+        "per_step": {
+            "samples_per_s": {"median": rate, "p10": p10, "p90": p90} if measured else None,
+            "step_ms": {"median": 10.0, "p10": 9.0, "p90": 12.0} if measured else None,
+        },
+        "data_wait_share": 0.1 if measured else None,
+        "profiled_step": {
+            "trace_median_ms": 10.5 if measured else None,
+            "measured_median_ms": 10.0 if measured else None,
+            "ratio": 1.05 if measured else None,
+            "agrees": True if measured else None,
+            "note": "the profiled step (10.500 ms) agrees" if measured else "not compared",
+        },
         "time_to_train_s": seconds,
         "peak_device_memory_bytes": None,
         "device_memory_source": None,

@@ -8,8 +8,10 @@ from pathlib import Path
 
 from accelpipe.engines.train_log import LOG_FIELDS
 
-# One logged step: (samples/s, data wait ms, step ms, profiled "0" or "1").
-Step = tuple[float, float, float, str]
+# One logged step: (samples/s, data wait ms, step ms, profiled "0" or "1"), optionally with
+# (samples, wall ms) since the previous logged step: by default the step's own batch
+# (samples/s x step ms) and its step time.
+Step = tuple[float, float, float, str] | tuple[float, float, float, str, int, float]
 
 
 def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] = ()) -> Path:
@@ -18,7 +20,8 @@ def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] =
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
         writer.writeheader()
-        for step, (rate, waited, took, profiled) in enumerate(steps, 1):
+        for step, (rate, waited, took, profiled, *interval) in enumerate(steps, 1):
+            samples, wall = interval or (round(rate * took / 1e3), took)
             writer.writerow(
                 {
                     "epoch": 0,
@@ -29,6 +32,8 @@ def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] =
                     "data_wait_ms": waited,
                     "step_ms": took,
                     "profiled": profiled,
+                    "samples": samples,
+                    "wall_ms": wall,
                     "attempt": attempts[step - 1] if step <= len(attempts) else 0,
                 }
             )

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers.performance_checks import check_headline
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
 from tests.helpers.tensorboard import read_scalars
 from tests.workflow.project import TINY_CONFIG, Project, head_commit
@@ -94,10 +95,11 @@ def _check_performance(result: Path, log: list[dict], provenance: dict) -> None:
     }
     for column in ("samples_per_s", "step_ms"):
         values = [float(r[column]) for r in measured]
-        assert performance[column] == pytest.approx(
+        assert performance["per_step"][column] == pytest.approx(
             {q: np.percentile(values, p) for q, p in (("median", 50), ("p10", 10), ("p90", 90))},
             abs=1e-3,
         )
+    check_headline(result, warmup)
     waited, took = (sum(float(r[c]) for r in measured) for c in ("data_wait_ms", "step_ms"))
     assert performance["data_wait_share"] == pytest.approx(waited / took, abs=1e-4)
     assert performance["time_to_train_s"] == provenance["stages"]["train"]["seconds"]

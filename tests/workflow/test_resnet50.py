@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.performance_checks import check_headline
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +37,7 @@ def test_named_runs_publish_complete_folders(project: Project, target: str, prec
         "provenance.json",
     }
     assert expected <= {p.name for p in result.iterdir()}
+    check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
     metrics = json.loads((result / "metrics.json").read_text())
     assert 0 <= metrics["top1"] <= metrics["top5"] <= 1
     assert metrics["n_images"] == 8 and metrics["classes"] == 4
@@ -129,7 +131,11 @@ def test_benchmark_rows_are_train_only_jobs_whose_table_matches_their_logs(
         measured = logged[2:]  # warmup_steps: 2 of the tiny config; no profiled steps
         assert row["steps_measured"] == len(measured) == 4
         rates = sorted(float(r["samples_per_s"]) for r in measured)
-        assert row["samples_per_s"] == pytest.approx((rates[1] + rates[2]) / 2, rel=1e-3)
+        assert row["per_step_samples_per_s_median"] == pytest.approx(
+            (rates[1] + rates[2]) / 2, rel=1e-3
+        )
+        samples, wall = (sum(float(r[c]) for r in measured) for c in ("samples", "wall_ms"))
+        assert row["samples_per_s"] == pytest.approx(samples / wall * 1e3, rel=1e-3)
         assert row["peak_host_rss_bytes"] > 0 and row["peak_device_memory_bytes"] is None
     with (project.root / BENCHMARK / "benchmark.csv").open() as f:
         assert [r["row"] for r in csv.DictReader(f)] == ["fp32-b4", "fp32-b8"]

@@ -16,7 +16,8 @@ import yaml
 from accelpipe.datasets import ade20k
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from tests.helpers.http_server import FileServer
-from tests.workflow.project import REPO, Project, make_project
+from tests.helpers.performance_checks import check_headline
+from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
 pytestmark = pytest.mark.e2e
 
@@ -46,6 +47,7 @@ def test_named_runs_publish_complete_folders(project: Project, target: str, prec
         "provenance.json",
     } <= names
     assert len([n for n in names if n.startswith("prediction_")]) == 2  # prediction_images
+    check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
     metrics = json.loads((result / "metrics.json").read_text())
     assert metrics["images"] == 4
     for key in ("mIoU", "mean_accuracy", "pixel_accuracy"):
@@ -100,7 +102,7 @@ def test_grid_ranks_every_grid_run_with_its_own_numbers(project: Project) -> Non
         assert stage["architecture"]["decoder"] == row["model.decoder"]
         # the same throughput and time as the run's own performance.json
         performance = json.loads((run / "performance.json").read_text())
-        assert float(row["samples_per_s"]) == performance["samples_per_s"]["median"] > 0
+        assert float(row["samples_per_s"]) == performance["throughput"]["samples_per_s"] > 0
         assert float(row["train_seconds"]) == performance["time_to_train_s"] > 0
     assert (project.root / GRID / "grid.png").stat().st_size > 0
 

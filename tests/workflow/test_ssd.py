@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.performance_checks import check_headline
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
 pytestmark = pytest.mark.e2e
@@ -38,6 +39,7 @@ def test_named_runs_publish_complete_folders(project: Project, target: str, prec
         "provenance.json",
     }
     assert expected <= {p.name for p in result.iterdir()}
+    check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
     metrics = json.loads((result / "metrics.json").read_text())
     assert set(metrics) >= {"AP", "AP50", "AP75", "APs", "APm", "APl"}
     assert all(0 <= metrics[k] <= 1 for k in ("AP", "AP50", "AP75"))

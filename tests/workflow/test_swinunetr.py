@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.workflow.project import REPO, Project, make_project
+from tests.helpers.performance_checks import check_headline
+from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
 pytestmark = pytest.mark.e2e
 
@@ -38,6 +39,7 @@ def test_result_folder_is_complete(project: Project) -> None:
         "provenance.json",
     }
     assert expected <= {p.name for p in result.iterdir()}
+    check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
     metrics = json.loads((result / "metrics.json").read_text())
     assert set(metrics["dice"]) == {"GTV-1"} and 0.0 <= metrics["mean_dice"] <= 1.0
     with (result / "per_case_dice.csv").open() as f:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.io import atomic_path, read_json, write_csv, write_json
-from accelpipe.performance import step_statistics
+from accelpipe.performance import COMPUTE_COLUMNS, compute, step_statistics
 
 COLUMNS = (
     "row",
@@ -20,9 +20,15 @@ COLUMNS = (
     "world_size",
     "device",
     "samples_per_s",
-    "samples_per_s_p10",
-    "samples_per_s_p90",
-    "step_ms",
+    "not_measured",
+    "per_step_samples_per_s_p10",
+    "per_step_samples_per_s_median",
+    "per_step_samples_per_s_p90",
+    "step_ms_median",
+    "flops_per_sample",
+    "model_tflops",
+    "mfu",
+    "gemm_fraction",
     "data_wait_share",
     "steps_measured",
     "peak_device_memory_bytes",
@@ -31,21 +37,24 @@ COLUMNS = (
 
 
 def row(train_dir: Path, warmup_steps: int) -> dict[str, Any]:
-    """One table row from a benchmark row's train output."""
+    """One table row from a benchmark row's train output: its throughput (performance's one
+    definition) and the per-step spread beside it."""
     stage = read_json(train_dir / "stage.json")
     stats = step_statistics(train_dir / "train_log.csv", warmup_steps)
-    rate = stats["samples_per_s"] or {}
-    step = stats["step_ms"] or {}
+    rate = stats["per_step"]["samples_per_s"] or {}
+    figures = compute(stage, stats["throughput"]["samples_per_s"])
+    step = stats["per_step"]["step_ms"] or {}
     return {
         "row": train_dir.name,
         "precision": stage["precision"],
         "global_batch": stage["global_batch"],
         "world_size": stage["world_size"],
         "device": stage["device"],
-        "samples_per_s": rate.get("median"),
-        "samples_per_s_p10": rate.get("p10"),
-        "samples_per_s_p90": rate.get("p90"),
-        "step_ms": step.get("median"),
+        "samples_per_s": stats["throughput"]["samples_per_s"],
+        "not_measured": stats["throughput"]["not_measured"],
+        **{f"per_step_samples_per_s_{q}": rate.get(q) for q in ("p10", "median", "p90")},
+        "step_ms_median": step.get("median"),
+        **{k: figures[k] for k in COMPUTE_COLUMNS},
         "data_wait_share": stats["data_wait_share"],
         "steps_measured": stats["steps"]["measured"],
         "peak_device_memory_bytes": stage.get("peak_device_memory_bytes"),
@@ -74,8 +83,8 @@ def write_table(
 
 
 def _plot(rows: list[dict[str, Any]], workload: str, path: Path) -> None:
-    """Throughput (median, p10-p90 whiskers) and step time per batch size, a series per
-    precision."""
+    """Throughput and the median step time per batch size, a series per precision; the
+    per-step p10-p90 of samples/s as a shaded band (a spread, not the throughput)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,15 +94,19 @@ def _plot(rows: list[dict[str, Any]], workload: str, path: Path) -> None:
     for precision in sorted({r["precision"] for r in rows}):
         series = [r for r in rows if r["precision"] == precision and r["samples_per_s"]]
         batches = [r["global_batch"] for r in series]
-        rates = [r["samples_per_s"] for r in series]
-        errors = [
-            [r["samples_per_s"] - r["samples_per_s_p10"] for r in series],
-            [r["samples_per_s_p90"] - r["samples_per_s"] for r in series],
-        ]
-        rate_ax.errorbar(batches, rates, yerr=errors, marker="o", capsize=3, label=precision)
-        step_ax.plot(batches, [r["step_ms"] for r in series], marker="o", label=precision)
-    rate_ax.set(xlabel="global batch", ylabel="samples/s (median, p10-p90)")
-    step_ax.set(xlabel="global batch", ylabel="step time, ms (median)")
+        line = rate_ax.plot(
+            batches, [r["samples_per_s"] for r in series], marker="o", label=precision
+        )[0]
+        rate_ax.fill_between(
+            batches,
+            [r["per_step_samples_per_s_p10"] for r in series],
+            [r["per_step_samples_per_s_p90"] for r in series],
+            color=line.get_color(),
+            alpha=0.15,
+        )
+        step_ax.plot(batches, [r["step_ms_median"] for r in series], marker="o", label=precision)
+    rate_ax.set(xlabel="global batch", ylabel="samples/s (measured steps; band: per-step p10-p90)")
+    step_ax.set(xlabel="global batch", ylabel="step time, ms (per-step median)")
     for ax in (rate_ax, step_ax):
         ax.set_xscale("log", base=2)
         ax.legend(title="precision")

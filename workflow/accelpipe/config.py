@@ -117,7 +117,21 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     for workload, block in filled.items():
         if isinstance(block, dict) and block.get("grid"):
             _check_grid(block, workload, root["properties"][workload])
+        if isinstance(block, dict) and block.get("profile", {}).get("enabled"):
+            _check_profile_after_warmup(block, workload, filled["performance"]["warmup_steps"])
     return filled
+
+
+def _check_profile_after_warmup(block: dict[str, Any], workload: str, warmup: int) -> None:
+    """The profiler's steps come after the performance warm-up: profiled steps inside it
+    would be timed while the run still warms up, and disagree with the measured steps."""
+    wait = block["profile"]["schedule"]["wait"]
+    if wait < warmup:
+        raise ConfigError(
+            f"config key '{workload}.profile.schedule.wait': {wait} is less than "
+            f"performance.warmup_steps ({warmup}): the profiler would record warm-up steps; "
+            f"set wait to {warmup} or more"
+        )
 
 
 def _check_grid(block: dict[str, Any], workload: str, node: dict[str, Any]) -> None:

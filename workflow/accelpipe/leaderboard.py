@@ -3,8 +3,9 @@ workload's quality metric, with their settings, throughput and time to train.
 
 Everything comes from the published run folders (metrics.json, performance.json,
 provenance.json), so the table always agrees with the runs it ranks: throughput and time to
-train are performance.json's (steady-state median samples/s, warm-up and profiled steps left
-out), the same numbers the run's report, the benchmark table and `compare` show.
+train are performance.json's (the measured steps' samples over their wall time, warm-up and
+profiled steps left out), the same numbers the run's report, the benchmark table and `compare`
+show.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str
         raise DataError(f"{run_dir / 'metrics.json'}: no {metric!r}")
     provenance = read_json(run_dir / "provenance.json")
     performance = read_json(run_dir / PERFORMANCE_FILE)
-    rate = performance["samples_per_s"] or {}  # None: no step was measured
     block = provenance["config"][workload]
     settings = {}
     for key in keys:
@@ -35,7 +35,7 @@ def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str
         "run": run_dir.name,
         metric: metrics[metric],
         **settings,
-        "samples_per_s": rate.get("median"),
+        "samples_per_s": performance["throughput"]["samples_per_s"],
         "train_seconds": performance["time_to_train_s"],
     }
 
@@ -79,7 +79,7 @@ def _plot(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
     left.barh(names, [0 if _undefined(r[metric]) else r[metric] for r in rows][::-1])
     left.set_xlabel(metric)
     right.barh(names, [r["samples_per_s"] or 0 for r in rows][::-1], color="tab:gray")
-    right.set_xlabel("samples/s (median)")
+    right.set_xlabel("samples/s (measured steps)")
     fig.suptitle(f"grid: {len(rows)} runs ranked by {metric}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -1,19 +1,31 @@
-"""performance.json: a run's steady-state throughput, step time, data wait, time to train and
-peak memory, beside the published figure for the same workload, precision and device family.
+"""performance.json: a run's throughput, step time, data wait, time to train and peak memory,
+beside the published figure for the same workload, precision and device family.
+
+The one definition of each figure, used by performance.json, the benchmark table, the grid
+and the compare page (README, "Performance figures"):
+
+- throughput (the headline): samples over the wall time they took, over the measured steps:
+  the logged steps after the first `performance.warmup_steps` of each attempt (tracing,
+  compilation, caches filling) that the profiler left alone. A logged step's wall time runs
+  from the end of the previous logged step of its epoch (or the epoch's start), so data
+  wait, logging and any unlogged steps between are in it (train_log.csv's `samples` and
+  `wall_ms`).
+- stage throughput: every sample this train process trained over its wall time (start-up,
+  warm-up, profiled steps, evaluation and checkpoints included).
+- per-step distribution: median, p10 and p90 of single logged steps' rates and times. A
+  spread, never a throughput: the median of per-step rates overstates a run whose slow steps
+  are few but long.
 
 Pure functions over the run's files (train_log.csv and the train stage.json) and the
-published figures (reference_figures.yaml); no framework. The step statistics leave out the
-first `performance.warmup_steps` logged steps (tracing, compilation, caches filling) and
-every step the profiler warmed up or recorded (train_log.csv's `profiled`), and say how many.
-The publish slice carries the workload's figures (`figures_for`), so that a changed figure
-re-runs publish, which reads them from there, and provenance.json records them.
+published figures (reference_figures.yaml); no framework. The publish slice carries the
+workload's figures (`figures_for`), so that a changed figure re-runs publish, which reads them
+from there, and provenance.json records them.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import re
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -23,6 +35,7 @@ import jsonschema
 import yaml
 
 from accelpipe import registry
+from accelpipe.devices import device_family, peaks
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
 from accelpipe.provenance import STAGE_FILE
@@ -32,11 +45,27 @@ REFERENCE_FIGURES = Path(__file__).with_name("reference_figures.yaml")
 _SCHEMA = Path(__file__).parent / "schemas" / "reference_figures.schema.yaml"
 # engines.train_log.LOG_FILE, not imported: the engines' log writer brings TensorBoard along.
 TRAIN_LOG = "train_log.csv"
-_COLUMNS = ("samples_per_s", "data_wait_ms", "step_ms", "profiled")
-# A GPU model in a device name: A100 in "NVIDIA A100-SXM4-80GB", V100, H100, MI300X.
-_GPU_MODEL = re.compile(r"(?<![A-Z0-9])([A-Z]{1,2}\d{1,4}[A-Z]?)(?![A-Z0-9])")
-# torch.hpu.get_device_name(): GAUDI (first generation), GAUDI2, GAUDI3.
-_GAUDI = re.compile(r"GAUDI(\d*)")
+_COLUMNS = ("samples_per_s", "data_wait_ms", "step_ms", "profiled", "samples", "wall_ms")
+DEFINITIONS = {
+    "throughput": (
+        "samples over the wall time of the measured steps (logged steps after the warm-up of "
+        "each attempt that the profiler left alone), data wait and logging included"
+    ),
+    "stage_throughput": (
+        "every sample the train process trained over its wall time (start-up, warm-up, "
+        "profiled steps, evaluation and checkpoints included)"
+    ),
+    "per_step": "median, p10 and p90 of single measured steps: a spread, not a throughput",
+    "model_tflops": (
+        "FLOPs per training sample (counted by the framework over one real step) x the "
+        "throughput, over every device of the run"
+    ),
+    "mfu": "model TFLOP/s over the devices' published dense peak at the run's precision",
+    "gemm_fraction": (
+        "model TFLOP/s over the matmul ceiling measured on the run's device and precision "
+        "(gemm.gemm_tflops x devices)"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -97,27 +126,72 @@ def _after_warmup(rows: list[dict[str, str]], warmup_steps: int) -> list[dict[st
     return kept
 
 
+def throughput(samples: float, seconds: float) -> float | None:
+    """The one definition of a throughput: samples over the wall time they took (None
+    where nothing was timed)."""
+    return round(samples / seconds, 3) if samples > 0 and seconds > 0 else None
+
+
+def _not_measured(steps: dict[str, int], warmup_steps: int) -> str | None:
+    """Why no step was measured; None where some were."""
+    if steps["measured"]:
+        return None
+    if not steps["logged"]:
+        return "no step was logged (train.log_every longer than the run?)"
+    if steps["profiled_excluded"]:
+        return "every step after the warm-up was profiled (profile.schedule covers the run)"
+    return (
+        f"the warm-up (performance.warmup_steps: {warmup_steps} per attempt) is at least as "
+        f"long as the run ({steps['logged']} logged steps)"
+    )
+
+
 def step_statistics(train_log: Path, warmup_steps: int) -> dict[str, Any]:
-    """Median, p10 and p90 of samples/s and step time, and the share of step time spent
-    waiting for data, over the logged steps after the first `warmup_steps` of each attempt
-    (the first start, then every resume) that the profiler left alone; `steps` counts the
-    logged, warm-up, profiled (left out) and measured rows. A warm-up row is counted as
-    warm-up even where the profiler ran too. A log without `attempt` is one attempt."""
+    """The measured steps' throughput (samples over their wall time) and the per-step
+    distribution (median, p10, p90 of samples/s and step time), and the share of step time
+    spent waiting for data, over the logged steps after the first `warmup_steps` of each
+    attempt (the first start, then every resume) that the profiler left alone; `steps` counts
+    the logged, warm-up, profiled (left out) and measured rows. A warm-up row is counted as
+    warm-up even where the profiler ran too. No measured step: the throughput is None and
+    `not_measured` says why."""
     rows = _read_log(train_log)
     after_warmup = _after_warmup(rows, warmup_steps)
     measured = [r for r in after_warmup if r["profiled"] != "1"]
     step_ms = [float(r["step_ms"]) for r in measured]
     waited = sum(float(r["data_wait_ms"]) for r in measured)
+    samples = sum(float(r["samples"]) for r in measured)
+    seconds = sum(float(r["wall_ms"]) for r in measured) / 1e3
+    steps = {
+        "logged": len(rows),
+        "warmup": len(rows) - len(after_warmup),
+        "profiled_excluded": len(after_warmup) - len(measured),
+        "measured": len(measured),
+    }
     return {
-        "steps": {
-            "logged": len(rows),
-            "warmup": len(rows) - len(after_warmup),
-            "profiled_excluded": len(after_warmup) - len(measured),
-            "measured": len(measured),
+        "steps": steps,
+        "throughput": {
+            "samples_per_s": throughput(samples, seconds),
+            "samples": int(samples),
+            "seconds": round(seconds, 6),
+            "not_measured": _not_measured(steps, warmup_steps),
         },
-        "samples_per_s": _spread([float(r["samples_per_s"]) for r in measured]),
-        "step_ms": _spread(step_ms),
+        "per_step": {
+            "samples_per_s": _spread([float(r["samples_per_s"]) for r in measured]),
+            "step_ms": _spread(step_ms),
+        },
         "data_wait_share": round(waited / sum(step_ms), 4) if sum(step_ms) > 0 else None,
+    }
+
+
+def stage_throughput(train: dict[str, Any]) -> dict[str, Any]:
+    """The train process's samples (its steps, from the one it resumed from, at the global
+    batch) over its wall time (stage.json's seconds)."""
+    steps = train["steps"] - (train.get("resumed_from_step") or 0)
+    samples = steps * train["global_batch"]
+    return {
+        "samples_per_s": throughput(samples, train["seconds"]),
+        "samples": samples,
+        "seconds": train["seconds"],
     }
 
 
@@ -150,21 +224,6 @@ def figures_for(workload: str) -> list[dict[str, Any]]:
     return [asdict(f) for f in load_figures() if f.workload == workload]
 
 
-def device_family(backend: str, device: str) -> str | None:
-    """The family a published figure names, from the train stage's backend and device name:
-    a GPU's model (cuda, rocm), a Gaudi's generation (gaudi: "Gaudi", "Gaudi2", ... from the
-    card type both engines name the device by); None on the cpu and where the name does not
-    say."""
-    name = device.strip().upper()
-    if backend in ("cuda", "rocm"):
-        match = _GPU_MODEL.search(name)
-        return match.group(1) if match else None
-    if backend == "gaudi":
-        match = _GAUDI.fullmatch(name)
-        return f"Gaudi{match.group(1)}" if match else None
-    return None
-
-
 def _cards(n: int) -> str:
     return f"{n} card" if n == 1 else f"{n} cards"
 
@@ -178,11 +237,12 @@ def _no_family(backend: str, device: str) -> str:
 def reference(
     workload: str,
     train: dict[str, Any],
-    samples_per_s: dict[str, float] | None,
+    samples_per_s: float | None,
     figures: list[Figure],
 ) -> tuple[dict[str, Any] | None, str]:
     """The published figure for the run's workload, precision and device family, and the
-    ratio of the run's median throughput to it per card; else None. Among several figures, the
+    ratio of the run's throughput (the measured steps' samples over their wall time) to it
+    per card; else None. Among several figures, the
     one with the nearest number of cards, then the nearest batch per card. The note says what
     the ratio compares, or why there is none."""
     backend, device, precision = train["backend"], train["device"], train["precision"]
@@ -213,26 +273,93 @@ def reference(
     )
     if samples_per_s is None:
         return published | {"ratio": None}, f"no ratio: no measured step to compare with {there}"
-    mine = samples_per_s["median"]
-    ratio = (mine / world) / (figure.samples_per_s / figure.cards)
+    ratio = (samples_per_s / world) / (figure.samples_per_s / figure.cards)
     note = (
-        f"ratio per card: this run's median {mine:g} samples/s / {_cards(world)} (batch "
-        f"{batch:g} per card) over {there}"
+        f"ratio per card: this run's {samples_per_s:g} samples/s (measured steps) / "
+        f"{_cards(world)} (batch {batch:g} per card) over {there}"
     )
     return published | {"ratio": float(f"{ratio:.4g}")}, note  # 4 significant digits
 
 
+# What a table row shows of `compute` (benchmark rows, the compare page).
+COMPUTE_COLUMNS = ("flops_per_sample", "model_tflops", "mfu", "gemm_fraction")
+
+
 # -- performance.json -----------------------------------------------------------------------
+PROFILED_STEP_TOLERANCE = 0.2  # the profiled step may differ this much from the measured one
+TRACE_SUMMARY = "summary.json"  # the trace stage's, traces.summary.write_summary
+
+
+def profiled_step(trace_dir: Path | None, step_ms: dict[str, float] | None) -> dict[str, Any]:
+    """Whether the trace's median profiled step agrees with the measured (unprofiled) median
+    step within PROFILED_STEP_TOLERANCE: a profiled step far slower means the trace's section
+    times are not the steps the throughput measured (profiler overhead, or steps still warming
+    up), and the page flags it with both numbers."""
+    summary = trace_dir / TRACE_SUMMARY if trace_dir is not None else None
+    steps = read_json(summary).get("steps") if summary and summary.exists() else None
+    traced = steps["ms"]["median"] if steps else None
+    measured = step_ms["median"] if step_ms else None
+    facts: dict[str, Any] = {"trace_median_ms": traced, "measured_median_ms": measured}
+    if traced is None or not measured:
+        missing = "no profiled step in the trace" if traced is None else "no measured step"
+        return facts | {"ratio": None, "agrees": None, "note": f"not compared: {missing}"}
+    ratio = traced / measured
+    agrees = abs(ratio - 1) <= PROFILED_STEP_TOLERANCE
+    note = (
+        f"the profiled step ({traced:.3f} ms, trace median) "
+        f"{'agrees with' if agrees else 'DISAGREES with'} the measured median step "
+        f"({measured:.3f} ms): ratio {ratio:.3f}, tolerance {PROFILED_STEP_TOLERANCE:.0%}"
+    )
+    return facts | {"ratio": round(ratio, 4), "agrees": agrees, "note": note}
+
+
+def compute(train: dict[str, Any], samples_per_s: float | None) -> dict[str, Any]:
+    """FLOPs per sample, the model TFLOP/s they give at the run's throughput, MFU against the
+    device's dense peak and the fraction of the matmul ceiling measured on the same device
+    (stage.json's `flops` and `gemm`); each None with its reason where it cannot be had."""
+    flops, gemm = train.get("flops") or {}, train.get("gemm") or {}
+    per_sample = flops.get("flops_per_sample")
+    world = train["world_size"]
+    model = per_sample * samples_per_s / 1e12 if per_sample and samples_per_s else None
+    tf32 = train["precision"] == "fp32" and peaks.fp32_uses_tf32(
+        train["backend"], gemm.get("tf32_switches") or {}, flops.get("by_kind")
+    )
+    peak, peak_note = peaks.lookup(train["backend"], train["device"], train["precision"], tf32=tf32)
+    ceiling = gemm.get("gemm_tflops")
+    reasons = {
+        "flops": None if per_sample else flops.get("reason", "no counted train step"),
+        "model_tflops": None if model else "no FLOPs per sample or no measured throughput",
+    }
+    return {
+        "flops_per_sample": per_sample,
+        "flops_counted_by": flops.get("counted_by"),
+        "model_tflops": _rounded(model),
+        "peak_tflops_per_device": peak.tflops if peak else None,
+        "peak_note": peak_note,
+        "mfu": _rounded(model / (peak.tflops * world)) if model and peak else None,
+        "gemm_tflops_per_device": _rounded(ceiling),
+        "gemm": gemm or None,
+        "gemm_fraction": _rounded(model / (ceiling * world)) if model and ceiling else None,
+        "not_measured": {k: v for k, v in reasons.items() if v} or None,
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return float(f"{value:.4g}") if value is not None else None  # 4 significant digits
+
+
 def run_performance(
     stage_dirs: dict[str, Path], config_slice: dict[str, Any], workload: str, run: str
 ) -> dict[str, Any]:
-    """performance.json of a run, from its train stage's output (train_log.csv, stage.json)
-    and the publish slice's `performance` settings and `reference_figures`."""
+    """performance.json of a run, from its train stage's output (train_log.csv, stage.json),
+    its trace summary and the publish slice's `performance` settings and
+    `reference_figures`."""
     train = read_json(stage_dirs["train"] / STAGE_FILE)
     warmup = config_slice["performance"]["warmup_steps"]
     stats = step_statistics(stage_dirs["train"] / TRAIN_LOG, warmup)
     figures = [Figure(**f) for f in config_slice["reference_figures"]]
-    published, note = reference(workload, train, stats["samples_per_s"], figures)
+    headline = stats["throughput"]["samples_per_s"]
+    published, note = reference(workload, train, headline, figures)
     return {
         "workload": workload,
         "run": run,
@@ -242,13 +369,17 @@ def run_performance(
         "world_size": train["world_size"],
         "global_batch": train["global_batch"],
         "steps": {"total": train["steps"], **stats["steps"]},
-        "samples_per_s": stats["samples_per_s"],
-        "step_ms": stats["step_ms"],
+        "throughput": stats["throughput"],
+        "stage_throughput": stage_throughput(train),
+        "per_step": stats["per_step"],
         "data_wait_share": stats["data_wait_share"],
+        "profiled_step": profiled_step(stage_dirs.get("trace"), stats["per_step"]["step_ms"]),
+        "compute": compute(train, headline),
         "time_to_train_s": train["seconds"],
         "peak_device_memory_bytes": train.get("peak_device_memory_bytes"),
         "device_memory_source": train.get("device_memory_source"),
         "peak_host_rss_bytes": train.get("peak_host_rss_bytes"),
         "reference": published,
         "reference_note": note,
+        "definitions": DEFINITIONS,
     }

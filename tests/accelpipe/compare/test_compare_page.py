@@ -17,7 +17,7 @@ from accelpipe.compare.write import write_compare
 from tests.helpers.run_folders import write_run
 
 # every number cell of a run: its metric, the runs table's numbers, its step and parts
-SHOWN = {"metric_value", *(column for _, column in NUMBERS), "step_ms", *PART_COLUMNS}
+SHOWN = {"metric_value", *(column for _, column in NUMBERS), "profiled_step_ms", *PART_COLUMNS}
 
 
 class Page(HTMLParser):
@@ -87,8 +87,8 @@ def test_the_folder_has_the_page_tables_and_plots(compared: tuple[Path, list[dic
     with (out / "compare.csv").open() as f:
         table = list(csv.DictReader(f))
     assert [(r["workload"], r["run"]) for r in table] == [(r["workload"], r["run"]) for r in rows]
-    assert [float(r["samples_per_s_median"] or "nan") for r in table[:2]] == [900.0, 400.0]
-    assert table[2]["samples_per_s_median"] == "" and "performance.json" in table[2]["notes"]
+    assert [float(r["samples_per_s"] or "nan") for r in table[:2]] == [900.0, 400.0]
+    assert table[2]["samples_per_s"] == "" and "performance.json" in table[2]["notes"]
 
 
 def test_every_run_is_a_row_showing_its_files_numbers(compared: tuple[Path, list[dict]]) -> None:
@@ -106,7 +106,7 @@ def test_every_run_is_a_row_showing_its_files_numbers(compared: tuple[Path, list
             else:
                 assert float(text) == row[field], field
     assert page.tables["runs"][("ssd", "old")]["reference_ratio"] == "none"
-    assert page.tables["runs"][("resnet50", "bf16")]["samples_per_s_p10"] == "850.5"
+    assert page.tables["runs"][("resnet50", "bf16")]["per_step_samples_per_s_p10"] == "850.5"
 
 
 def test_the_marks_and_the_missing_performance_json_are_on_the_page(

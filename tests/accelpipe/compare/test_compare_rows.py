@@ -24,8 +24,11 @@ def test_the_row_holds_the_run_files_numbers(tmp_path: Path, workload: str) -> N
     perf = json.loads((run / "performance.json").read_text())
     assert row["metric"] == registry.workload(workload).metric
     assert row["metric_value"] == metrics[row["metric"]]
-    for q in ("median", "p10", "p90"):
-        assert row[f"samples_per_s_{q}"] == perf["samples_per_s"][q]
+    assert row["samples_per_s"] == perf["throughput"]["samples_per_s"]
+    assert row["stage_samples_per_s"] == perf["stage_throughput"]["samples_per_s"]
+    for q in ("p10", "p90"):
+        assert row[f"per_step_samples_per_s_{q}"] == perf["per_step"]["samples_per_s"][q]
+    assert row["profiled_step_agrees"] is perf["profiled_step"]["agrees"]
     for key in ("time_to_train_s", "world_size", "global_batch", "backend", "precision"):
         assert row[key] == perf[key]
     assert row["reference_ratio"] == perf["reference"]["ratio"]
@@ -34,7 +37,7 @@ def test_the_row_holds_the_run_files_numbers(tmp_path: Path, workload: str) -> N
 
 def test_the_step_parts_add_up_to_the_step(tmp_path: Path) -> None:
     row = read_row(write_run(tmp_path, "ssd", "fp32"), {})
-    assert sum(row[f"{p}_ms"] for p in PART_NAMES) == pytest.approx(row["step_ms"])
+    assert sum(row[f"{p}_ms"] for p in PART_NAMES) == pytest.approx(row["profiled_step_ms"])
 
 
 def test_cost_per_run_and_per_thousand_samples_count_nodes_and_train_seconds() -> None:
@@ -59,7 +62,7 @@ def test_a_run_published_before_performance_json_is_shown_without_throughput(
 ) -> None:
     run = write_run(tmp_path, "ssd", "old", seconds=90.0, with_performance=False)
     row = read_row(run, {"cpu": 3.6})
-    assert row["samples_per_s_median"] is None and row["reference_ratio"] is None
+    assert row["samples_per_s"] is None and row["reference_ratio"] is None
     assert row["time_to_train_s"] == 90.0  # provenance.json's train stage
     assert row["cost_per_run"] == pytest.approx(90 / 3600 * 3.6)
     assert row["cost_per_1000_samples"] is None
@@ -90,7 +93,7 @@ def _row(workload: str, run: str, speed: float | None, quality: float | None) ->
     return {
         "workload": workload,
         "run": run,
-        "samples_per_s_median": speed,
+        "samples_per_s": speed,
         "metric_value": quality,
     }
 

@@ -7,8 +7,7 @@ import types
 
 import pytest
 
-from accelpipe import performance
-from accelpipe.devices import tf_device
+from accelpipe.devices import device_family, tf_device
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.errors import BackendUnavailableError, ConfigError
 
@@ -115,7 +114,7 @@ def test_gaudi_is_named_by_its_generation_so_published_figures_match(
     device = tf_device.resolve("gaudi")
     assert (device.device, device.name, device.precision) == ("/device:HPU:0", "GAUDI2", "bf16")
     assert habana.calls == ["load"]
-    assert performance.device_family("gaudi", device.name) == "Gaudi2"
+    assert device_family("gaudi", device.name) == "Gaudi2"
 
 
 def test_a_gaudi_without_visible_hpus_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,3 +150,21 @@ def test_multi_worker_gaudi_without_habanas_stack_fails_in_one_line() -> None:
     ) as err:
         tf_device.multi_worker_strategy("gaudi")
     assert "\n" not in str(err.value)
+
+
+def test_determinism_switches_both_ways() -> None:
+    """train.deterministic: op determinism on (a random op without a seed then refuses to
+    run) and off again, so a run in the same process never inherits an earlier one's."""
+    from tensorflow.python.framework import config as tf_config
+
+    try:
+        tf_device.set_determinism(True)
+        assert tf_config.is_op_determinism_enabled()
+        tf.random.set_seed(None)
+        with pytest.raises(RuntimeError, match="require a seed"):
+            tf.random.uniform([2])
+        tf_device.set_determinism(False)
+        assert not tf_config.is_op_determinism_enabled()
+        assert tf.random.uniform([2]).shape == (2,)
+    finally:
+        tf_device.set_determinism(False)

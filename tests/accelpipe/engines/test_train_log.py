@@ -5,13 +5,21 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from accelpipe.engines.train_log import LOG_FIELDS, LOG_FILE, log_row, open_log, truncate_log
+from accelpipe.engines.train_log import (
+    LOG_FIELDS,
+    LOG_FILE,
+    Interval,
+    log_row,
+    open_log,
+    truncate_log,
+)
 
 
 def _append(work: Path, steps: range) -> None:
     with open_log(work) as (_file, writer):
         for step in steps:
-            writer.writerow(log_row(0, step, 1.0, 0.1, 4, 0.001, 0.01, profiled=False))
+            row = log_row(0, step, 1.0, 0.1, 4, 0.001, 0.01, interval=Interval(), profiled=False)
+            writer.writerow(row)
 
 
 def _rows(work: Path) -> list[dict[str, str]]:
@@ -44,8 +52,24 @@ def test_a_log_without_the_attempt_column_is_read_as_attempt_zero(tmp_path: Path
     with (tmp_path / LOG_FILE).open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=old_fields)
         writer.writeheader()
-        writer.writerow(log_row(0, 1, 1.0, 0.1, 4, 0, 0.01, profiled=False))
+        writer.writerow(log_row(0, 1, 1.0, 0.1, 4, 0, 0.01, interval=Interval(), profiled=False))
     _append(tmp_path, range(2, 3))  # appended rows line up with a rewritten header
     rows = _rows(tmp_path)
     assert tuple(rows[0]) == LOG_FIELDS
     assert [(r["step"], r["attempt"]) for r in rows] == [("1", "0"), ("2", "1")]
+
+
+def test_a_row_counts_the_samples_and_wall_time_since_the_previous_logged_step() -> None:
+    """log_every 2: the row of step 2 carries both steps' samples and the wall time since the
+    epoch's start (the loader's start-up and the unlogged step in it); the next row starts
+    where the last one was taken, so writing a row is in the next one's wall time."""
+    ticks = iter([10.0, 10.5, 10.8])
+    interval = Interval(clock=lambda: next(ticks))  # the epoch starts at 10.0
+    interval.add(4)
+    interval.add(4)
+    row = log_row(0, 2, 1.0, 0.1, 4, 0.1, 0.2, interval=interval, profiled=False)
+    assert (row["samples"], row["wall_ms"]) == ("8", "500.000")
+    assert (row["samples_per_s"], row["step_ms"]) == ("20.00", "200.000")  # the step's own
+    interval.add(4)
+    row = log_row(0, 3, 1.0, 0.1, 4, 0.1, 0.2, interval=interval, profiled=False)
+    assert (row["samples"], row["wall_ms"]) == ("4", "300.000")

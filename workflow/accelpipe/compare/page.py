@@ -22,10 +22,15 @@ Row = dict[str, Any]
 MARK_TEXT = {"fastest": "⚡ fastest", "most_accurate": "★ most accurate"}
 # (heading, column) of the number cells of the runs table after the metric's value
 NUMBERS = (
-    ("samples/s median", "samples_per_s_median"),
-    ("p10", "samples_per_s_p10"),
-    ("p90", "samples_per_s_p90"),
+    ("samples/s (measured steps)", "samples_per_s"),
+    ("samples/s (whole train stage)", "stage_samples_per_s"),
+    ("per-step samples/s p10", "per_step_samples_per_s_p10"),
+    ("per-step p90", "per_step_samples_per_s_p90"),
     ("time to train (s)", "time_to_train_s"),
+    ("FLOPs per sample", "flops_per_sample"),
+    ("model TFLOP/s", "model_tflops"),
+    ("MFU", "mfu"),
+    ("of measured matmul ceiling", "gemm_fraction"),
     ("reference ratio", "reference_ratio"),
     ("cost per run", "cost_per_run"),
     ("cost per 1,000 samples", "cost_per_1000_samples"),
@@ -84,7 +89,7 @@ def _run_cells(row: Row) -> list[str]:
     cells.append(_num(row, "metric_value", best=row["most_accurate"]))
     titles = {"reference_ratio": row["reference_note"], "cost_per_run": row["cost_note"]}
     for _, column in NUMBERS:
-        best = column == "samples_per_s_median" and row["fastest"]
+        best = column == "samples_per_s" and row["fastest"]
         cells.append(_num(row, column, best=best, title=titles.get(column, "")))
     cells += [f"<td>{_e(row[c])}</td>" for c in ("backend", "device", "precision")]
     return cells
@@ -103,7 +108,7 @@ def _table(table_id: str, headings: Sequence[str], rows: list[Row], cells: Any) 
 
 def _step_cells(row: Row) -> list[str]:
     cells = [f"<td>{_e(row['workload'])}</td>", f"<td>{_e(row['run'])}</td>"]
-    cells += [_num(row, c) for c in ("step_ms", *PART_COLUMNS)]
+    cells += [_num(row, c) for c in ("profiled_step_ms", *PART_COLUMNS)]
     return cells
 
 
@@ -112,6 +117,10 @@ def _notes(rows: list[Row]) -> str:
     for row in rows:
         lines = [*row["notes"], f"reference: {row['reference_note']}"]
         lines += [f"step: {row['step_note']}", f"cost: {row['cost_note']}"]
+        lines.append(f"compute: {row['compute_note']}")
+        if row["profiled_step_note"]:
+            flag = "⚠ " if row["profiled_step_agrees"] is False else ""
+            lines.append(f"{flag}profiled step: {row['profiled_step_note']}")
         inner = "".join(f"<li>{_e(line)}</li>" for line in lines)
         items.append(f"<li><b>{_e(row['workload'])}/{_e(row['run'])}</b><ul>{inner}</ul></li>")
     return f'<ul id="notes">{"".join(items)}</ul>'
@@ -131,7 +140,7 @@ def _cost_text(per_hour: dict[str, float]) -> str:
     rates = ", ".join(f"{_e(b)} {rate:g}" for b, rate in sorted(per_hour.items()))
     return (
         f"Cost per node-hour: {rates}. A run costs its train stage's hours x price x nodes; "
-        "1,000 samples cost 1000 / median samples/s / 3600 x price x nodes."
+        "1,000 samples cost 1000 / samples/s (measured steps) / 3600 x price x nodes."
     )
 
 
@@ -140,17 +149,20 @@ def render(rows: list[Row], per_hour: dict[str, float], plots: list[tuple[Path, 
     workloads = sorted({row["workload"] for row in rows})
     headings = ["workload", "run", "marks", "metric", "value"]
     headings += [h for h, _ in NUMBERS] + ["backend", "device", "precision"]
-    step_headings = ["workload", "run", "step (ms)", *(LABELS[p] for p in PART_NAMES)]
+    step_headings = ["workload", "run", "profiled step (ms)", *(LABELS[p] for p in PART_NAMES)]
     return "\n".join(
         [
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
             f"<title>accelpipe: {len(rows)} runs compared</title><style>{STYLE}</style></head>",
             "<body><h1>accelpipe: every finished run</h1>",
             f"<p>{len(rows)} runs of {len(workloads)} workloads ({_e(', '.join(workloads))}). "
-            "Per workload, ⚡ <b>fastest</b> marks the highest median training samples/s "
-            "(the whole job, all cards) and ★ <b>most accurate</b> the highest quality "
-            "metric; marked cells are green. Reference ratio: this run's median samples/s "
-            "per card over the published figure's (see the notes).</p>",
+            "Samples/s (measured steps): the samples of the steps after the warm-up that the "
+            "profiler left alone over their wall time, data wait included (the whole job, all "
+            "cards); whole train stage: every sample over the stage's wall time; per-step "
+            "p10/p90: the spread of single steps, not a throughput. Per workload, ⚡ "
+            "<b>fastest</b> marks the highest samples/s (measured steps) and ★ <b>most "
+            "accurate</b> the highest quality metric; marked cells are green. Reference ratio: "
+            "this run's samples/s per card over the published figure's (see the notes).</p>",
             f"<p>{_cost_text(per_hour)}</p>",
             "<h2>Runs</h2>",
             _table("runs", headings, rows, _run_cells),

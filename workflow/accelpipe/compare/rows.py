@@ -16,6 +16,7 @@ from accelpipe import registry
 from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMARY
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
+from accelpipe.performance import COMPUTE_COLUMNS
 from accelpipe.traces.plot import PART_NAMES, step_parts
 
 PART_COLUMNS = tuple(f"{part}_ms" for part in PART_NAMES)
@@ -30,15 +31,23 @@ COLUMNS = (
     "nodes",
     "metric",
     "metric_value",
-    "samples_per_s_median",
-    "samples_per_s_p10",
-    "samples_per_s_p90",
+    "samples_per_s",
+    "stage_samples_per_s",
+    "per_step_samples_per_s_p10",
+    "per_step_samples_per_s_p90",
     "time_to_train_s",
+    "flops_per_sample",
+    "model_tflops",
+    "mfu",
+    "gemm_fraction",
     "reference_ratio",
     "reference_note",
-    "step_ms",
+    "profiled_step_ms",
     *PART_COLUMNS,
     "step_note",
+    "profiled_step_agrees",
+    "profiled_step_note",
+    "compute_note",
     "cost_per_run",
     "cost_per_1000_samples",
     "cost_note",
@@ -47,7 +56,7 @@ COLUMNS = (
     "notes",
 )
 # (mark, the column whose highest value per workload earns it)
-MARKS = (("fastest", "samples_per_s_median"), ("most_accurate", "metric_value"))
+MARKS = (("fastest", "samples_per_s"), ("most_accurate", "metric_value"))
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:
@@ -76,13 +85,35 @@ def cost(
     per_1000 = _significant(1000 / samples_per_s / 3600 * rate * nodes) if samples_per_s else None
     counted = f"{rate:g} per node-hour x {nodes} node{'s' if nodes > 1 else ''}: per run, the "
     counted += "train stage's seconds (not data preparation, evaluation or queueing)"
-    counted += "; per 1,000 samples, at the median samples/s" if per_1000 else ""
+    counted += "; per 1,000 samples, at the measured steps' samples/s" if per_1000 else ""
     return per_run, per_1000, counted
 
 
-def _throughput(performance: dict[str, Any] | None) -> dict[str, float | None]:
-    spread = (performance or {}).get("samples_per_s") or {}
-    return {f"samples_per_s_{q}": spread.get(q) for q in ("median", "p10", "p90")}
+def _throughput(performance: dict[str, Any] | None) -> dict[str, Any]:
+    """performance.json's throughputs (its one definition) and the per-step spread."""
+    facts = performance or {}
+    spread = (facts.get("per_step") or {}).get("samples_per_s") or {}
+    profiled = facts.get("profiled_step") or {}
+    return {
+        "samples_per_s": (facts.get("throughput") or {}).get("samples_per_s"),
+        "stage_samples_per_s": (facts.get("stage_throughput") or {}).get("samples_per_s"),
+        **{f"per_step_samples_per_s_{q}": spread.get(q) for q in ("p10", "p90")},
+        "profiled_step_agrees": profiled.get("agrees"),
+        "profiled_step_note": profiled.get("note"),
+        **{k: (facts.get("compute") or {}).get(k) for k in COMPUTE_COLUMNS},
+        "compute_note": _compute_note(facts.get("compute")),
+    }
+
+
+def _compute_note(compute: dict[str, Any] | None) -> str:
+    """How the FLOP figures were had, or why some are missing."""
+    if not compute:
+        return "no FLOP figures in performance.json (published before they existed)"
+    missing = "; ".join(f"{k}: {v}" for k, v in (compute["not_measured"] or {}).items())
+    counted = compute["flops_counted_by"] or "not counted"
+    return f"FLOPs counted by {counted}; peak: {compute['peak_note']}" + (
+        f"; {missing}" if missing else ""
+    )
 
 
 def _steps(run_dir: Path) -> dict[str, Any]:
@@ -90,9 +121,9 @@ def _steps(run_dir: Path) -> dict[str, Any]:
     parts = step_parts(summary) if summary else None
     if parts is None:
         note = "no trace_summary.json" if summary is None else "no profiler step in the trace"
-        return {"step_ms": None, **dict.fromkeys(PART_COLUMNS), "step_note": note}
+        return {"profiled_step_ms": None, **dict.fromkeys(PART_COLUMNS), "step_note": note}
     values = {f"{part}_ms": ms for part, ms in parts.parts.items()}
-    return {"step_ms": parts.step_ms, **values, "step_note": parts.note}
+    return {"profiled_step_ms": parts.step_ms, **values, "step_note": parts.note}
 
 
 def _metric(run_dir: Path, metric: str) -> tuple[float | None, list[str]]:
@@ -136,7 +167,7 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
     throughput = _throughput(performance)
     backend = facts.get("backend", provenance["backend"])
     per_run, per_1000, cost_note = cost(
-        per_hour.get(backend), nodes, seconds, throughput["samples_per_s_median"]
+        per_hour.get(backend), nodes, seconds, throughput["samples_per_s"]
     )
     reference = facts.get("reference") or {}
     return {
@@ -164,7 +195,7 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
 
 
 def mark_best(rows: list[dict[str, Any]]) -> None:
-    """Per workload, mark the rows with the highest median samples/s (fastest) and the
+    """Per workload, mark the rows with the highest samples/s (fastest) and the
     highest quality metric (most accurate); ties share the mark, a row without the number
     never has it."""
     for workload in {row["workload"] for row in rows}:

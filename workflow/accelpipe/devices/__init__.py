@@ -12,6 +12,7 @@ is missing fails at once with BackendUnavailableError.
 from __future__ import annotations
 
 import os
+import re
 import resource
 from typing import Any
 
@@ -22,6 +23,10 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 # bf16 is what the reference recipes use on accelerators; on CPU it is usually slower than
 # fp32 without AMX, so auto means fp32 there.
 AUTO_PRECISION = {"cpu": "fp32", "cuda": "bf16", "rocm": "bf16", "gaudi": "bf16"}
+# A GPU model in a device name: A100 in "NVIDIA A100-SXM4-80GB", V100, H100, MI300X.
+_GPU_MODEL = re.compile(r"(?<![A-Z0-9])([A-Z]{1,2}\d{1,4}[A-Z]?)(?![A-Z0-9])")
+# torch.hpu.get_device_name(): GAUDI (first generation), GAUDI2, GAUDI3.
+_GAUDI = re.compile(r"GAUDI(\d*)")
 
 
 def check_backend(backend: str) -> None:
@@ -65,3 +70,18 @@ def memory_facts(peak_device: tuple[int | None, str | None]) -> dict[str, Any]:
         "device_memory_source": source,
         "peak_host_rss_bytes": peak_host_rss_bytes(),
     }
+
+
+def device_family(backend: str, device: str) -> str | None:
+    """The family a published figure names, from the train stage's backend and device name:
+    a GPU's model (cuda, rocm), a Gaudi's generation (gaudi: "Gaudi", "Gaudi2", ... from the
+    card type both engines name the device by); None on the cpu and where the name does not
+    say."""
+    name = device.strip().upper()
+    if backend in ("cuda", "rocm"):
+        match = _GPU_MODEL.search(name)
+        return match.group(1) if match else None
+    if backend == "gaudi":
+        match = _GAUDI.fullmatch(name)
+        return f"Gaudi{match.group(1)}" if match else None
+    return None

@@ -6,7 +6,7 @@ with its source and a note; a row whose vendor publishes no figure has `tflops: 
 says why. No framework here: the engines tell which model they ran on by the backend and
 the device name they report, as performance.json does.
 
-Which model: `performance.device_family` reads the GPU model or the Gaudi generation from the
+Which model: `devices.device_family` reads the GPU model or the Gaudi generation from the
 name ("H100" from "NVIDIA H100 80GB HBM3", "Gaudi2" from "GAUDI2"); where one family has
 models of different peaks, `VARIANTS` tells them apart by a marker in the name (the drivers'
 names: "NVIDIA H100 80GB HBM3" is the SXM5 board, "NVIDIA H100 PCIe" the PCIe card,
@@ -41,8 +41,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelpipe import performance
-from accelpipe.devices import PRECISIONS
+from accelpipe.devices import PRECISIONS, device_family
 from accelpipe.errors import DataError
 
 PEAKS_FILE = Path(__file__).with_name("peaks.yaml")
@@ -124,7 +123,7 @@ def device_model(backend: str, device_name: str) -> str | None:
 
 
 def _model(backend: str, device_name: str) -> tuple[str | None, str]:
-    family = performance.device_family(backend, device_name)
+    family = device_family(backend, device_name)
     if family is None:
         return None, f"unknown device {device_name!r} ({backend})"
     variants = VARIANTS.get(family)

@@ -69,11 +69,15 @@ def run_facts(
     world_size: int,
     global_batch: int,
     job_facts: dict[str, Any],
+    flops: dict[str, Any] | None = None,
+    gemm: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The facts both engines report of a finished training for the train stage.json: the
     resolved device (name, backend, precision, peak memory: a TorchDevice or TFDevice), whether
     the step was compiled, the steps taken, the step it resumed from (None: a fresh start),
-    world size, global batch and the workload's own facts."""
+    world size, global batch, the workload's own facts, and what the performance figures
+    need from the device: the FLOPs of one counted train step (`flops`: accelpipe.flops's
+    FlopCount fields, or a `reason` there is none) and the measured matmul ceiling (`gemm`)."""
     return {
         "device": device.name,
         "backend": device.backend,
@@ -84,5 +88,7 @@ def run_facts(
         "world_size": world_size,
         "global_batch": global_batch,
         **memory_facts(device.peak_memory()),
+        "flops": flops,
+        "gemm": gemm,
         **job_facts,
     }

@@ -17,6 +17,17 @@ checkpoints, traces and weights.
 
 A workload supplies the model, the loss, the per-epoch dataset and the optimizer; Keras 2
 comes from engines.keras2 on every TensorFlow this supports (2.15 to 2.21).
+
+`train.deterministic` (the schema's default: on) makes a run a function of its config and
+seed: Keras, NumPy and Python seeded as before, TensorFlow's op determinism on
+(tf_device.set_determinism) and the input pipeline's elements kept in order (tf.data's
+`deterministic` option; the pipelines draw their augmentations with stateless ops keyed by
+the element, so their maps stay parallel). Two runs on the same hardware, software and
+thread counts log the same losses and end with the same weights. A resumed run continues the
+same sequence: each epoch's data comes from (seed, epoch) alone and the checkpoint holds the
+rest, except the state of stateful random ops inside the model (dropout, drop-path), which
+restart with the process. Off: ops pick their fastest kernels and tf.data may hand out
+elements out of order.
 """
 
 from __future__ import annotations
@@ -35,14 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.config import ProfileConfig, TrainConfig, view
-from accelpipe.devices import tf_device
+from accelpipe.devices import tf_device, tf_gemm
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.distributed import check_global_batch
-from accelpipe.engines import ENGINES, run_facts, tf_distributed
+from accelpipe.engines import ENGINES, run_facts, tf_distributed, tf_flops
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_data_checks import data_errors
 from accelpipe.engines.tf_distributed import InputShard
-from accelpipe.engines.train_log import log_row, open_log, truncate_log
+from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
 from accelpipe.io import write_text
 
@@ -92,6 +103,16 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
     Writes the model's weights (MODEL_FILE) and returns the run facts for stage.json on the
     chief; the other workers of a multi-worker run return None.
     """
+    # The validated slice has the key (its default is the schema's); a slice made by hand
+    # without it asks for nothing.
+    deterministic = bool(cfg["train"].get("deterministic", False))
+    with tf_device.determinism(deterministic):
+        return _run_training(cfg, work_dir, make_job, deterministic)
+
+
+def _run_training(
+    cfg: dict[str, Any], work_dir: Path, make_job: JobFactory, deterministic: bool
+) -> dict[str, Any]:
     train_cfg = view(TrainConfig, cfg["train"])
     index, world = tf_distributed.cluster()
     check_global_batch(train_cfg.batch_size, world)
@@ -105,8 +126,14 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
     place = strategy.scope() if strategy else tf.device(device.device)
     with place:
         job = make_job(train_cfg, device)
-        trainer = TFTrainer(job, device, train_cfg, profile, work_dir, shard, strategy)
+        trainer = TFTrainer(
+            job, device, train_cfg, profile, work_dir, shard, strategy, deterministic
+        )
     resumed_from = trainer.step if trainer.resume() else None
+    # the ceiling the run's FLOP rate is set against: this device and precision
+    with tf.device(device.device):
+        gemm = tf_gemm.measure_gemm_tflops(device).as_dict()
+    gemm["tf32_switches"] = tf_gemm.tf32_switches(device.backend)
     trainer.fit()
     if index != 0:
         # Every worker saves: reading sync-on-read variables (BN moving statistics) is a
@@ -130,6 +157,8 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
         world_size=world,
         global_batch=job.batch_size,
         job_facts=job.facts,
+        flops=trainer.flops,
+        gemm=gemm,
     )
 
 
@@ -165,8 +194,10 @@ class TFTrainer:
         work_dir: Path,
         shard: InputShard | None = None,
         strategy: tf.distribute.Strategy | None = None,
+        deterministic: bool = False,
     ) -> None:
         self.job, self.device, self.cfg, self.work_dir = job, device, cfg, work_dir
+        self.deterministic = deterministic
         self.shard = shard or InputShard(1, 0, job.batch_size)
         self.strategy = strategy
         self.chief = self.shard.index == 0
@@ -189,6 +220,12 @@ class TFTrainer:
         self.manager = tf.train.CheckpointManager(checkpoint, str(work_dir / folder), max_to_keep=1)
         self._restore_from = work_dir / CHECKPOINT_DIR
         self.profiler = _Profiler(profile if self.chief else ProfileConfig(False), work_dir)
+        # FLOPs of the train step, counted on the first batch (stage.json's `flops`)
+        self.flops: dict[str, Any] | None = (
+            {"reason": "multi-worker: the step runs inside strategy.run, not counted"}
+            if strategy is not None
+            else None
+        )
         if strategy is None:
             self._step_fn = tf.function(self._train_step, jit_compile=cfg.compile)
         else:
@@ -221,6 +258,16 @@ class TFTrainer:
         if self.chief:
             truncate_log(self.work_dir, self.step)
         return True
+
+    def _count_flops(self, inputs: Any, targets: Any) -> dict[str, Any]:
+        """The train step's FLOPs from its graph, traced on this batch's shapes (never run)."""
+        try:
+            count = tf_flops.count_step_flops(
+                self._train_step, (inputs, targets), self.job.batch_size
+            )
+        except ValueError as err:  # a shape the counter cannot read: the run goes on
+            return {"reason": f"not counted: {err}"}
+        return count.as_dict()
 
     def _train_step(self, inputs: Any, targets: Any) -> tf.Tensor:
         scaling = self.device.loss_scaling
@@ -281,19 +328,23 @@ class TFTrainer:
         else:
             yield _NullLog(), _NullLog()
 
+    def _dataset(self, epoch: int) -> tf.data.Dataset:
+        """The epoch's dataset, its elements in order or not as `train.deterministic` says
+        (the option reaches every map and interleave that does not set its own)."""
+        options = tf.data.Options()
+        options.deterministic = self.deterministic
+        return self.job.dataset(epoch, self.shard).with_options(options)
+
     def _batches(self, epoch: int) -> Iterator[Any]:
         if self.strategy is None:
-            return iter(self.job.dataset(epoch, self.shard))
+            return iter(self._dataset(epoch))
         # One replica per worker: each worker's pipeline is its own shard, batched per worker.
-        return iter(
-            self.strategy.distribute_datasets_from_function(
-                lambda _: self.job.dataset(epoch, self.shard)
-            )
-        )
+        return iter(self.strategy.distribute_datasets_from_function(lambda _: self._dataset(epoch)))
 
     def _run_epoch(self, writer: Any, log_file: Any) -> list[float]:
         # Augmentation randomness per epoch: a resumed run sees the epochs it has not seen.
         tf.random.set_seed(self.cfg.seed * 100_003 + self.epoch)
+        interval = Interval()  # the epoch's first logged step counts its pipeline start-up
         batches = self._batches(self.epoch)
         losses: list[float] = []
         for i in range(self.job.steps_per_epoch):
@@ -303,11 +354,14 @@ class TFTrainer:
                 with tf.profiler.experimental.Trace("loader_first" if i == 0 else "loader_next"):
                     inputs, targets = _next_batch(batches, self.epoch, i)
                 waited = time.perf_counter() - started
-                with tf.profiler.experimental.Trace("step"):
+                if self.flops is None:
+                    self.flops = self._count_flops(inputs, targets)
+                with tf.profiler.experimental.Trace("step"), self._deterministic_kernels():
                     loss = self._step_fn(inputs, targets)
                     logged = step % self.cfg.log_every == 0
                     value = float(loss) if logged else None  # a sync only on logged steps
             self._step.assign_add(1)
+            interval.add(self.job.batch_size)
             if value is not None:
                 if not math.isfinite(value):
                     raise FloatingPointError(f"loss is {value} at step {step}")
@@ -317,11 +371,38 @@ class TFTrainer:
                 batch = self.job.batch_size
                 profiled = self.profiler.profiled(step)
                 writer.writerow(
-                    log_row(self.epoch, step, value, lr, batch, waited, elapsed, profiled=profiled)
+                    log_row(
+                        self.epoch,
+                        step,
+                        value,
+                        lr,
+                        batch,
+                        waited,
+                        elapsed,
+                        interval=interval,
+                        profiled=profiled,
+                    )
                 )
                 log_file.flush()  # a killed job leaves its log up to the last step it ran
             self.profiler.end_step(step)
         return losses
+
+    @contextlib.contextmanager
+    def _deterministic_kernels(self) -> Iterator[None]:
+        """An op with no deterministic kernel under train.deterministic (TensorFlow raises
+        UnimplementedError: e.g. XLA's MaxPool gradient, which SSD's stem needs with
+        train.compile): one line naming the keys that choose."""
+        try:
+            yield
+        except tf.errors.UnimplementedError as err:
+            if not self.deterministic or "determinis" not in err.message.lower():
+                raise
+            what = err.message.strip().splitlines()[0].strip()
+            other = ", or train.compile: false" if self.cfg.compile else ""
+            raise ConfigError(
+                f"train.deterministic: {what} (TensorFlow has no deterministic kernel for an op "
+                f"of this model here); set train.deterministic: false{other}"
+            ) from None
 
 
 class _NullLog:
@@ -336,7 +417,8 @@ class _NullLog:
 
 def _next_batch(batches: Any, epoch: int, index: int) -> Any:
     try:
-        with data_errors():  # a record failing an input-pipeline check: one line naming it
+        # a record failing an input-pipeline check, or a damaged shard: one line naming it
+        with data_errors():
             return next(batches)
     except StopIteration:
         raise ConfigError(

@@ -161,6 +161,24 @@ def _restored(state: Iterable[object]) -> Iterator[None]:
         snapshot.restore()
 
 
+@contextlib.contextmanager
+def counting(batch: int) -> Iterator[Callable[[], FlopCount]]:
+    """Count the FLOPs of what runs inside the block (one real training step of `batch`
+    samples, left as it ran: a trainer counts its first step); the yielded function gives the
+    count once the block has ended."""
+    counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas())
+    with counter:
+        yield lambda: _count(counter, batch)
+
+
+def _count(counter: FlopCounterMode, batch: int) -> FlopCount:
+    by_kind: dict[str, int] = {}
+    for op, flops in counter.get_flop_counts().get("Global", {}).items():
+        kind = _kind(op)
+        by_kind[kind] = by_kind.get(kind, 0) + int(flops)
+    return flop_count(by_kind, batch, COUNTED_BY, NOTES)
+
+
 def count_step_flops(
     step: Callable[[], object], batch: int, *, state: Iterable[object] = ()
 ) -> FlopCount:
@@ -171,11 +189,6 @@ def count_step_flops(
     put back as it was afterwards, with torch's random generators. The step runs for real,
     so pass the eager, single-process step (see the module's docstring).
     """
-    counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas())
-    with _restored(state), counter:
+    with _restored(state), counting(batch) as result:
         step()
-    by_kind: dict[str, int] = {}
-    for op, flops in counter.get_flop_counts().get("Global", {}).items():
-        kind = _kind(op)
-        by_kind[kind] = by_kind.get(kind, 0) + int(flops)
-    return flop_count(by_kind, batch, COUNTED_BY, NOTES)
+    return result()

@@ -34,13 +34,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe import distributed, optim
 from accelpipe.config import ProfileConfig, TrainConfig, view
-from accelpipe.devices import torch_device
+from accelpipe.devices import torch_device, torch_gemm
 from accelpipe.devices.torch_device import Device
 from accelpipe.distributed import DistContext
-from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, run_facts
+from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, run_facts, torch_flops
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
     SECTIONS,
+    Interval,
     LogWriter,
     log_row,
     open_log,
@@ -118,6 +119,9 @@ def run_training(
         profile = ProfileConfig.from_slice(cfg.get("profile", {}))
         trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx)
         resumed_from = trainer.step if trainer.resume() else None
+        # the ceiling the run's FLOP rate is set against: this device, this precision
+        gemm = torch_gemm.measure_gemm_tflops(device).as_dict()
+        gemm["tf32_switches"] = torch_gemm.tf32_switches(device.backend)
         trainer.fit()
         if not ctx.is_main:
             return None
@@ -131,6 +135,8 @@ def run_training(
             world_size=ctx.world_size,
             global_batch=train_cfg.batch_size,
             job_facts=job.facts,
+            flops=trainer.flops,
+            gemm=gemm,
         )
     finally:
         ctx.destroy()
@@ -198,6 +204,12 @@ class Trainer:
         self.scaler = device.grad_scaler()  # fp16 only: bf16 and fp32 need no loss scaling
         self.epoch = 0
         self.step = 0
+        # FLOPs of this process's first step, counted while it runs (stage.json's `flops`)
+        self.flops: dict[str, Any] | None = (
+            {"reason": "torch.compile: FlopCounterMode sees the compiled graph's ops only"}
+            if cfg.compile
+            else None
+        )
 
     def _replicate(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.dist.world_size == 1:
@@ -289,6 +301,7 @@ class Trainer:
         """
         self.replica.train()
         world = self.dist.world_size
+        interval = Interval()  # the epoch's first logged step counts its loader start-up
         batches = iter(self.job.batches(self.epoch))
         losses: list[float] = []
         samples = 0
@@ -300,9 +313,10 @@ class Trainer:
                 label = self.device.to_device(label)
             waited = time.perf_counter() - started
             with torch.profiler.record_function("step"):
-                loss = self._train_step(image, label)
+                loss = self._counted_step(image, label)
             self.step += 1
             samples += image.shape[0] * world
+            interval.add(image.shape[0] * world)
             if self.step % self.cfg.log_every == 0:
                 # Every rank takes part (a collective) and so every rank sees the same value:
                 # a non-finite loss stops all of them together. Syncs: only on logged steps.
@@ -325,12 +339,23 @@ class Trainer:
                             batch,
                             waited,
                             elapsed,
+                            interval=interval,
                             profiled=profiled,
                         )
                     )
             if prof is not None:
                 prof.step()
         return (sum(losses) / len(losses) if losses else float("nan")), samples
+
+    def _counted_step(self, image: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        """The train step; this process's first is counted by the framework (a warm-up step:
+        the counter's overhead stays out of the measured steps)."""
+        if self.flops is not None:
+            return self._train_step(image, label)
+        with torch_flops.counting(image.shape[0]) as counted:
+            loss = self._train_step(image, label)
+        self.flops = counted().as_dict()
+        return loss
 
     def _train_step(self, image: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)

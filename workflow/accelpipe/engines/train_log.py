@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import csv
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -15,6 +16,10 @@ from accelpipe.io import write_csv
 LOG_FILE = "train_log.csv"
 # `profiled`: "1" where the profiler's schedule had it warming up or recording that step
 # (slower steps that steady-state statistics leave out), else "0".
+# `samples` and `wall_ms`: the samples trained and the wall time since the previous logged
+# step of the epoch (or the epoch's start), so that data wait, logging and unlogged steps are
+# in the throughput (performance.step_statistics); `samples_per_s` and `step_ms` are the
+# logged step's own (its data wait included), for the per-step distribution.
 # `attempt`: 0 for the rows of the job's first start, n for those its n-th resume logged.
 # A resumed process traces, compiles and fills its caches again, so the statistics leave out
 # the warm-up steps of every attempt (performance.step_statistics).
@@ -27,6 +32,8 @@ LOG_FIELDS = (
     "data_wait_ms",
     "step_ms",
     "profiled",
+    "samples",
+    "wall_ms",
     "attempt",
 )
 # The columns TensorBoard shows too, as train/<column>.
@@ -97,23 +104,49 @@ def log_row(
     step: int,
     loss: float,
     lr: float,
-    samples: int,
+    batch: int,
     waited: float,
     elapsed: float,
     *,
+    interval: Interval,
     profiled: bool,
 ) -> dict[str, str]:
-    """One train_log.csv row; times in seconds, written in ms."""
+    """One train_log.csv row: the step's own `batch` samples, data wait and time, and the
+    samples and wall time since the previous logged step (`interval`); times in seconds,
+    written in ms."""
+    samples, wall = interval.take()
     return {
         "epoch": str(epoch),
         "step": str(step),
         "loss": f"{loss:.6f}",
         "lr": f"{lr:.6g}",
-        "samples_per_s": f"{samples / elapsed:.2f}",
+        "samples_per_s": f"{batch / elapsed:.2f}",
         "data_wait_ms": f"{waited * 1e3:.3f}",
         "step_ms": f"{elapsed * 1e3:.3f}",
         "profiled": "1" if profiled else "0",
+        "samples": str(samples),
+        "wall_ms": f"{wall * 1e3:.3f}",
     }
+
+
+class Interval:
+    """Samples and wall time since the previous logged step of an epoch (or its start): what
+    a row's `samples` and `wall_ms` count. Start one when the epoch's loop starts."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.started = clock()
+        self.samples = 0
+
+    def add(self, samples: int) -> None:
+        self.samples += samples
+
+    def take(self) -> tuple[int, float]:
+        """The samples and seconds since the last take, and a new interval from now."""
+        now = self.clock()
+        taken = self.samples, now - self.started
+        self.started, self.samples = now, 0
+        return taken
 
 
 def truncate_log(work_dir: Path, last_step: int) -> None:
