@@ -121,7 +121,7 @@ def test_a_real_xprof_trace_is_accepted(tmp_path: Path) -> None:
     """The JSON our TF engine writes (XSpace converted by xprof), from a real TF profile."""
     tf = pytest.importorskip("tensorflow")
     pytest.importorskip("xprof")
-    from accelpipe.engines.tf_trainer import xspace_to_trace_json
+    from accelpipe.xspace import xspace_to_trace_json
 
     logdir = tmp_path / "log"
     tf.profiler.experimental.start(str(logdir))

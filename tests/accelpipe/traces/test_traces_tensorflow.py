@@ -17,8 +17,9 @@ import pytest
 
 from accelpipe.cli import main
 from accelpipe.engines.keras2 import keras
-from accelpipe.engines.tf_trainer import run_training, xspace_to_trace_json
+from accelpipe.engines.tf_trainer import run_training
 from accelpipe.traces import render_markdown, summarize_traces, write_summary
+from accelpipe.xspace import xspace_to_trace_json
 from tests.helpers import tf_toy
 from tests.helpers.chrome_traces import plain_breakdown, union_us
 

@@ -56,6 +56,7 @@ from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
 from accelpipe.io import write_text
+from accelpipe.xspace import xspace_to_op_table, xspace_to_trace_json
 
 MODEL_FILE = ENGINES["tensorflow"].weights
 PROFILER_TABLE = ENGINES["tensorflow"].profiler_table
@@ -487,30 +488,3 @@ class _Profiler:
         """A run that ends mid-cycle: stop and convert what was recorded."""
         if self.running is not None:
             self._stop(0)
-
-
-def xspace_to_trace_json(xplane: Path) -> str:
-    """A profiler XSpace (`<host>.xplane.pb`) as Chrome trace JSON, converted by xprof.
-
-    `use_saved_result=False` keeps xprof from writing its cache files beside the input.
-    """
-    from xprof.convert import raw_to_tool_data
-
-    data, _ = raw_to_tool_data.xspace_to_tool_data(
-        [str(xplane)], "trace_viewer", {"use_saved_result": False}
-    )
-    return data.decode() if isinstance(data, bytes) else data
-
-
-def xspace_to_op_table(xplane: Path) -> str:
-    """The cycle's op table as CSV: xprof's `framework_op_stats` tool (TensorBoard's
-    Framework Op Stats: per TensorFlow op and host or device, occurrences, total and self
-    time, FLOP rate), IDLE row included, written by xprof's own CSV writer."""
-    from xprof.convert import raw_to_tool_data
-
-    data, _ = raw_to_tool_data.xspace_to_tool_data(
-        [str(xplane)], "framework_op_stats", {"use_saved_result": False}
-    )
-    if data is None:
-        raise RuntimeError(f"{xplane}: xprof could not build its framework_op_stats table")
-    return raw_to_tool_data.json_to_csv_string(data)

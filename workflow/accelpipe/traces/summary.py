@@ -19,6 +19,7 @@ from accelpipe.traces.markdown import render_markdown
 from accelpipe.traces.plot import plot_step_breakdown
 from accelpipe.traces.problems import Malformed, Unsupported
 from accelpipe.traces.stats import Totals
+from accelpipe.xspace import xspace_to_trace_json
 
 XPLANE_SUFFIX = ".xplane.pb"  # TF's profiler output: plugins/profile/<run>/<host>.xplane.pb
 
@@ -135,18 +136,16 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
 
 
 def _converted(path: Path) -> bytes:
-    """An XSpace as trace viewer JSON, by the TF engine's xprof conversion (xprof, and
-    TensorFlow for the engine module, are in the TensorFlow images and venvs)."""
+    """An XSpace as trace viewer JSON, by the one xprof conversion (accelpipe.xspace)."""
     if not path.is_file():
         raise FileNotFoundError(path)
     try:
-        from accelpipe.engines.tf_trainer import xspace_to_trace_json
+        text = xspace_to_trace_json(path)
     except ImportError as err:
         raise DataError(
-            f"{path}: converting a TensorFlow profiler XSpace needs TensorFlow and xprof "
-            f"({err}); run summarize-trace in the TensorFlow image or venv"
+            f"{path}: converting a TensorFlow profiler XSpace needs xprof ({err}); run "
+            "summarize-trace in the TensorFlow image or venv"
         ) from None
-    text = xspace_to_trace_json(path)
     if not text:  # xprof logs why and returns nothing
         raise DataError(f"{path}: xprof could not read this XSpace (corrupt or truncated?)")
     return text.encode() if isinstance(text, str) else text
