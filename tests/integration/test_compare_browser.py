@@ -232,9 +232,9 @@ def test_every_run_is_on_the_page_with_the_numbers_of_its_files(
                 assert float(cells[field]) == pytest.approx(value, rel=1e-3, abs=1e-6), field
             else:
                 assert float(cells[field]) == value, field
-        # one run per workload: it is that workload's fastest, and its most accurate
-        marks = next(r["marks"] for r in state["rows"] if r["run"] == name and r["marks"])
-        assert "fastest" in marks and "most accurate" in marks
+        # one run per workload: nothing to compare it with, so no marks (never across
+        # workloads: resnet50's speed is not set against ssd's)
+        assert all(not r["marks"] for r in state["rows"] if r["run"] == name)
 
 
 def test_the_error_check_sees_errors(browser: DevTools, tmp_path: Path) -> None:

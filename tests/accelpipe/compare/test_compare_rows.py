@@ -85,32 +85,57 @@ def test_a_metric_written_as_null_is_no_number_and_its_note_is_quoted(tmp_path: 
     row = read_row(run, {})
     assert row["metric_value"] is None and row["most_accurate"] is None
     assert row["notes"][0] == f"metrics.json: AP is null (undefined for this run): {note}"
-    rows = build_rows([run, write_run(tmp_path, "ssd", "fine", metric_value=0.2)], {})
-    assert [r["most_accurate"] for r in rows] == [False, True]
+    others = [write_run(tmp_path, "ssd", n, metric_value=v) for n, v in (("a", 0.2), ("b", 0.3))]
+    rows = build_rows([run, *others], {})
+    assert [r["most_accurate"] for r in rows] == [False, False, True]
 
 
-def _row(workload: str, run: str, speed: float | None, quality: float | None) -> dict:
+def _row(
+    workload: str, run: str, speed: float | None, quality: float | None, cost: float | None = None
+) -> dict:
     return {
         "workload": workload,
         "run": run,
         "samples_per_s": speed,
         "metric_value": quality,
+        "cost_per_1000_samples": cost,
     }
 
 
-def test_the_fastest_and_most_accurate_are_marked_per_workload() -> None:
+def test_the_marks_go_to_the_best_of_two_or_more_runs_of_one_workload() -> None:
     rows = [
-        _row("resnet50", "bf16", 900.0, 0.70),
-        _row("resnet50", "fp32", 400.0, 0.76),
+        _row("resnet50", "bf16", 900.0, 0.70, 0.02),
+        _row("resnet50", "fp32", 400.0, 0.76, 0.05),
         _row("resnet50", "old", None, 0.76),
-        _row("ssd", "fp32", 50.0, None),
+        _row("ssd", "fp32", 5000.0, None, 0.001),  # the only ssd run: nothing to compare
+        _row("segmenter", "a", 10.0, 0.5),
+        _row("segmenter", "b", None, 0.4),
     ]
     mark_best(rows)
-    marked = {mark: [(r["workload"], r["run"]) for r in rows if r[mark]] for mark, _ in MARKS}
-    # per workload: a run without throughput is never the fastest; a tie shares the mark;
-    # a workload whose runs have no metric has no most accurate
-    assert marked["fastest"] == [("resnet50", "bf16"), ("ssd", "fp32")]
-    assert marked["most_accurate"] == [("resnet50", "fp32"), ("resnet50", "old")]
+    marked = {mark: [(r["workload"], r["run"]) for r in rows if r[mark]] for mark, _, _ in MARKS}
+    # per workload: a run without the number is never marked; a tie shares the mark; a number
+    # only one run of a workload has marks nothing; ssd's far higher speed marks no resnet50
+    assert marked["fastest"] == [("resnet50", "bf16")]
+    assert marked["most_accurate"] == [
+        ("resnet50", "fp32"),
+        ("resnet50", "old"),
+        ("segmenter", "a"),
+    ]
+    assert marked["cheapest"] == [("resnet50", "bf16")]
+
+
+def test_rows_are_grouped_by_workload(tmp_path: Path) -> None:
+    runs = [
+        write_run(tmp_path, "ssd", "fp32"),
+        write_run(tmp_path, "resnet50", "fp32"),
+        write_run(tmp_path, "ssd", "bf16"),
+    ]
+    rows = build_rows(runs, {})
+    assert [(r["workload"], r["run"]) for r in rows] == [
+        ("resnet50", "fp32"),
+        ("ssd", "fp32"),
+        ("ssd", "bf16"),
+    ]
 
 
 def test_a_folder_gone_since_planning_or_none_at_all_is_one_clear_error(tmp_path: Path) -> None:

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from accelpipe.compare.rows import PART_COLUMNS
+from accelpipe.compare.rows import MARKS, PART_COLUMNS
 from accelpipe.traces.plot import LABELS, PART_NAMES
 
 Row = dict[str, Any]
-MARK_TEXT = {"fastest": "⚡ fastest", "most_accurate": "★ most accurate"}
+MARK_TEXT = {"fastest": "⚡ fastest", "most_accurate": "★ most accurate", "cheapest": "$ cheapest"}
 # (heading, column) of the number cells of the runs table after the metric's value
 NUMBERS = (
     ("samples/s (measured steps)", "samples_per_s"),
@@ -89,7 +89,7 @@ def _run_cells(row: Row) -> list[str]:
     cells.append(_num(row, "metric_value", best=row["most_accurate"]))
     titles = {"reference_ratio": row["reference_note"], "cost_per_run": row["cost_note"]}
     for _, column in NUMBERS:
-        best = column == "samples_per_s" and row["fastest"]
+        best = any(row[mark] for mark, earned_by, _ in MARKS if earned_by == column)
         cells.append(_num(row, column, best=best, title=titles.get(column, "")))
     cells += [f"<td>{_e(row[c])}</td>" for c in ("backend", "device", "precision")]
     return cells
@@ -159,9 +159,11 @@ def render(rows: list[Row], per_hour: dict[str, float], plots: list[tuple[Path, 
             "Samples/s (measured steps): the samples of the steps after the warm-up that the "
             "profiler left alone over their wall time, data wait included (the whole job, all "
             "cards); whole train stage: every sample over the stage's wall time; per-step "
-            "p10/p90: the spread of single steps, not a throughput. Per workload, ⚡ "
-            "<b>fastest</b> marks the highest samples/s (measured steps) and ★ <b>most "
-            "accurate</b> the highest quality metric; marked cells are green. Reference ratio: "
+            "p10/p90: the spread of single steps, not a throughput. Among the runs of one "
+            "workload (where two or more have the number), ⚡ <b>fastest</b> marks the highest "
+            "samples/s (measured steps), ★ <b>most accurate</b> the highest quality metric and "
+            "$ <b>cheapest</b> the lowest cost per 1,000 samples; marked cells are green. "
+            "Reference ratio: "
             "this run's samples/s per card over the published figure's (see the notes).</p>",
             f"<p>{_cost_text(per_hour)}</p>",
             "<h2>Runs</h2>",

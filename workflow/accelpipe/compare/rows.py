@@ -53,10 +53,16 @@ COLUMNS = (
     "cost_note",
     "fastest",
     "most_accurate",
+    "cheapest",
     "notes",
 )
 # (mark, the column whose highest value per workload earns it)
-MARKS = (("fastest", "samples_per_s"), ("most_accurate", "metric_value"))
+# (mark, the column that earns it, whether the highest (True) or the lowest value wins)
+MARKS = (
+    ("fastest", "samples_per_s", True),
+    ("most_accurate", "metric_value", True),
+    ("cheapest", "cost_per_1000_samples", False),
+)
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:
@@ -189,27 +195,30 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
         "cost_per_run": per_run,
         "cost_per_1000_samples": per_1000,
         "cost_note": cost_note,
-        **dict.fromkeys(mark for mark, _ in MARKS),
+        **dict.fromkeys(mark for mark, _, _ in MARKS),
         "notes": notes,
     }
 
 
 def mark_best(rows: list[dict[str, Any]]) -> None:
-    """Per workload, mark the rows with the highest samples/s (fastest) and the
-    highest quality metric (most accurate); ties share the mark, a row without the number
-    never has it."""
+    """Per workload, among its runs that have the number, mark the highest samples/s
+    (fastest), the highest quality metric (most accurate) and the lowest cost per 1,000
+    samples (cheapest); only where two or more runs have it (one run is no comparison), ties
+    share the mark, and a row without the number never has it. Never across workloads."""
     for workload in {row["workload"] for row in rows}:
         mine = [row for row in rows if row["workload"] == workload]
-        for mark, column in MARKS:
-            best = max((row[column] for row in mine if row[column] is not None), default=None)
+        for mark, column, highest in MARKS:
+            values = [row[column] for row in mine if row[column] is not None]
+            best = (max if highest else min)(values) if len(values) > 1 else None
             for row in mine:
                 row[mark] = best is not None and row[column] == best
 
 
 def build_rows(run_dirs: list[Path], per_hour: dict[str, float]) -> list[dict[str, Any]]:
-    """The rows of the runs, in the given order, marked."""
+    """The rows of the runs, grouped by workload (each in the given order), marked."""
     if not run_dirs:
         raise DataError("results/compare: no finished run (no results/<workload>/<run>/)")
     rows = [read_row(run_dir, per_hour) for run_dir in run_dirs]
+    rows.sort(key=lambda row: row["workload"])  # grouped by workload, runs in the given order
     mark_best(rows)
     return rows
