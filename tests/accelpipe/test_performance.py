@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe import performance
+from accelpipe import performance, registry
 from accelpipe.devices import device_family
 from accelpipe.errors import DataError
 from accelpipe.performance import Figure
@@ -39,10 +39,12 @@ TRAIN = {
     "device_memory_source": "torch.hpu.max_memory_allocated",
     "peak_host_rss_bytes": 456,
 }
+# The conditions of a figure measured as our runs are (real data, our definition, ssd's loader).
+LIKE_OURS = {"data": "real", "loader": "tf.data", "computed": "samples_over_time", "software": "x"}
 FIGURES = [
-    Figure("ssd", 400.0, "img/s", "bf16", "Gaudi", 1, 128, "one card"),
-    Figure("ssd", 3200.0, "img/s", "bf16", "Gaudi", 8, 128, "eight cards"),
-    Figure("ssd", 150.0, "img/s", "fp32", "Gaudi", 1, 128, "fp32"),
+    Figure("ssd", 400.0, "img/s", "bf16", "Gaudi", 1, 128, "one card", **LIKE_OURS),
+    Figure("ssd", 3200.0, "img/s", "bf16", "Gaudi", 8, 128, "eight cards", **LIKE_OURS),
+    Figure("ssd", 150.0, "img/s", "fp32", "Gaudi", 1, 128, "fp32", **LIKE_OURS),
 ]
 
 
@@ -158,27 +160,165 @@ def test_device_family_from_backend_and_name(backend: str, device: str, family: 
 
 def test_reference_compares_per_card_with_the_nearest_card_count() -> None:
     rates = 1600.0
-    published, note = performance.reference("ssd", TRAIN, rates, FIGURES)
+    published, note = performance.reference("ssd", TRAIN, rates, FIGURES, "real")
     assert published == {
         "samples_per_s": 3200.0,
         "precision": "bf16",
         "device": "Gaudi",
         "batch": 128,
         "cards": 8,
+        "data": "real",
+        "loader": "tf.data",
+        "computed": "samples_over_time",
+        "software": "x",
         "source": "eight cards",
+        "note": "",
+        "comparable": True,
+        "differences": [],
         "ratio": pytest.approx((1600 / 8) / (3200 / 8), rel=1e-3),
     }
-    assert "per card" in note and "8 cards" in note
+    assert "per card" in note and "8 cards" in note and "comparable" in note
     two_cards = TRAIN | {"world_size": 2, "global_batch": 256}
-    published, _ = performance.reference("ssd", two_cards, rates, FIGURES)
+    published, note = performance.reference("ssd", two_cards, rates, FIGURES, "real")
     assert published["cards"] == 1 and published["ratio"] == pytest.approx(
         (1600 / 2) / 400, rel=1e-3
     )
+    assert published["comparable"] is False
+    assert published["differences"] == [
+        "this run on 2 cards, the figure on 1 card (a per-card rate still depends on the "
+        "communication between the cards)"
+    ]
+    assert note.endswith("indicative, not like for like: " + published["differences"][0])
 
 
 def test_reference_without_a_measured_step_has_no_ratio() -> None:
-    published, note = performance.reference("ssd", TRAIN, None, FIGURES)
+    published, note = performance.reference("ssd", TRAIN, None, FIGURES, "real")
     assert published["ratio"] is None and "no measured step" in note
+
+
+def _figure(**changes: object) -> Figure:
+    """The 8-card ssd figure, measured as TRAIN is (comparable), with `changes`."""
+    return Figure(**asdict(FIGURES[1]) | changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "difference"),
+    [
+        ({"cards": 4}, "this run on 8 cards, the figure on 4 cards"),
+        ({"batch": 64}, "batch 128 per card vs the figure's 64"),
+        (
+            {"computed": "mean_of_step_rates"},
+            "the figure is the mean of single steps' rates, ours samples over the wall time "
+            "of the measured steps",
+        ),
+        ({"computed": "best_epoch"}, "the figure is the fastest epoch's rate, ours samples"),
+        ({"computed": "unknown"}, "the figure is computed in a way its source does not say"),
+        ({"data": "synthetic"}, "the figure on synthetic data"),
+        ({"data": "unknown"}, "the source does not say whether the figure ran on real"),
+        ({"loader": "DALI"}, "the figure's input pipeline is DALI, ours tf.data"),
+        ({"loader": "unknown"}, "the source does not name the figure's input pipeline"),
+    ],
+)
+def test_a_figure_is_comparable_only_where_every_condition_matches(
+    changes: dict, difference: str
+) -> None:
+    published, note = performance.reference("ssd", TRAIN, 1600.0, [_figure()], "real")
+    assert published["comparable"] is True and published["differences"] == []
+    published, note = performance.reference("ssd", TRAIN, 1600.0, [_figure(**changes)], "real")
+    assert published["comparable"] is False
+    assert len(published["differences"]) == 1
+    assert published["differences"][0].startswith(difference)
+    per_card = published["samples_per_s"] / published["cards"]
+    assert published["ratio"] == pytest.approx(1600 / 8 / per_card)  # still given
+    assert "indicative" in note and published["differences"][0] in note
+
+
+def test_every_difference_is_listed() -> None:
+    figure = _figure(cards=1, batch=64, computed="best_epoch", data="unknown", loader="DALI")
+    published, note = performance.reference("ssd", TRAIN, 1600.0, [figure], "synthetic")
+    assert published["comparable"] is False
+    assert [d.split(" ")[:3] for d in published["differences"]] == [
+        ["this", "run", "on"],  # 8 cards vs 1
+        ["batch", "128", "per"],
+        ["the", "figure", "is"],  # the best epoch
+        ["this", "run", "on"],  # synthetic data
+        ["the", "source", "does"],  # the figure's data
+        ["the", "figure's", "input"],  # DALI
+    ]
+    assert "this run on synthetic data" in published["differences"][3]
+    assert all(d in note for d in published["differences"])
+
+
+def test_a_best_epoch_figure_is_never_comparable_with_ours() -> None:
+    """Everything else alike, any run and any data: the best epoch is not samples over time."""
+    best = _figure(computed="best_epoch")
+    for train in (TRAIN, TRAIN | {"world_size": 1, "global_batch": 128}):
+        for data in ("real", "synthetic", "unknown"):
+            published, _ = performance.reference("ssd", train, 1600.0, [best], data)
+            assert published["comparable"] is False
+            assert any("fastest epoch" in d for d in published["differences"])
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ("synthetic", "this run on synthetic data"),
+        ("unknown", "whether this run's data was real or synthetic is not recorded"),
+    ],
+)
+def test_a_run_on_synthetic_or_unrecorded_data_is_indicative(data: str, said: str) -> None:
+    published, _ = performance.reference("ssd", TRAIN, 1600.0, [_figure()], data)
+    assert published["comparable"] is False and published["differences"][0].startswith(said)
+
+
+@pytest.mark.parametrize(
+    ("source", "data"),
+    [("synthetic", "synthetic"), ("coco", "real"), ("path:/data/coco", "real")],
+)
+def test_the_run_data_comes_from_the_publish_slice_dataset_source(source: str, data: str) -> None:
+    assert performance.run_data({"datasets": {"coco": {"source": source}}}, "ssd") == data
+    assert performance.run_data({}, "ssd") == "unknown"  # a slice without its dataset
+
+
+def test_among_equally_near_figures_the_one_with_fewer_differences_wins() -> None:
+    worse = _figure(computed="mean_of_step_rates", source="worse")
+    better = _figure(source="better")
+    for figures in ([worse, better], [better, worse]):
+        published, _ = performance.reference("ssd", TRAIN, 1600.0, figures, "real")
+        assert published["source"] == "better" and published["comparable"] is True
+    first, second = _figure(source="first"), _figure(source="second")
+    published, _ = performance.reference("ssd", TRAIN, 1600.0, [first, second], "real")
+    assert published["source"] == "first"
+
+
+A100_FP32 = {
+    "backend": "cuda",
+    "device": "NVIDIA A100-SXM4-80GB",
+    "precision": "fp32",
+    "world_size": 1,
+    "global_batch": 64,
+}
+UNET_FP32 = Figure(
+    "unet2d", 800.0, "slices/s", "fp32", "A100", 1, 64, "TF32 figure",
+    data="real", loader="torch DataLoader", computed="samples_over_time", software="x",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("switches", "difference"),
+    [
+        ({"matmul": True, "conv": True}, None),
+        ({"matmul": False, "conv": False}, "this run's products ran mostly in full fp32"),
+        (None, "whether this run's was is not recorded"),
+    ],
+)
+def test_an_fp32_figure_on_an_a100_is_tf32(switches: dict | None, difference: str | None) -> None:
+    train = A100_FP32 | {"gemm": {"tf32_switches": switches} if switches else None}
+    published, _ = performance.reference("unet2d", train, 700.0, [UNET_FP32], "real")
+    if difference is None:
+        assert published["comparable"] is True
+    else:
+        assert published["differences"] == [f"the figure's fp32 is TF32; {difference}"]
 
 
 @pytest.mark.parametrize(
@@ -191,7 +331,7 @@ def test_reference_without_a_measured_step_has_no_ratio() -> None:
     ],
 )
 def test_no_reference_says_why(workload: str, changes: dict, said: str) -> None:
-    published, note = performance.reference(workload, TRAIN | changes, None, FIGURES)
+    published, note = performance.reference(workload, TRAIN | changes, None, FIGURES, "real")
     assert published is None and said in note
 
 
@@ -201,6 +341,53 @@ def test_the_shipped_figures_load_and_each_names_a_family_we_can_match() -> None
     for figure in figures:
         backend, name = ("gaudi", "GAUDI") if figure.device == "Gaudi" else ("cuda", figure.device)
         assert device_family(backend, name) == figure.device
+
+
+def test_the_shipped_figures_keep_their_conditions() -> None:
+    figures = performance.load_figures()
+    for figure in figures:
+        assert figure.data in ("real", "synthetic", "unknown")
+        assert figure.computed in performance.COMPUTED
+        assert figure.loader and figure.software and figure.source
+        unknown = [k for k in ("data", "loader", "computed") if getattr(figure, k) == "unknown"]
+        if unknown or figure.software == "unknown":  # the note says what the source leaves out
+            assert figure.note, figure
+        if figure.computed not in ("unknown", "samples_over_time"):
+            assert figure.computed_note, figure  # how the source's code computes it
+    shipped: dict[tuple, Figure] = {}  # the first listed of each
+    for f in figures:
+        shipped.setdefault((f.workload, f.device, f.precision, f.cards, f.batch), f)
+    # the figures added since (REFERENCE.md, "Published figures added")
+    nnunet = shipped["unet2d", "A100", "fp16", 1, 64]  # the newer (729963d) one is listed first
+    assert nnunet.samples_per_s == 1238.68 and "729963d" in nnunet.source
+    assert (nnunet.data, nnunet.loader, nnunet.computed) == ("real", "DALI", "samples_over_time")
+    assert "22.11" in nnunet.software
+    assert shipped["unet2d", "A100", "fp32", 8, 64].samples_per_s == 6246.95
+    for precision, cards, rate in [("fp32", 1, 938), ("fp16", 1, 2470), ("fp32", 8, 7248)]:
+        rn50 = shipped["resnet50", "A100", precision, cards, 256]
+        assert rn50.samples_per_s == rate and rn50.computed == "mean_of_step_rates"
+    ssd = shipped["ssd", "A100", "fp16", 8, 114]  # MLPerf v1.0: global batch 912 = 8 x 114
+    assert ssd.computed == "median_of_interval_rates" and "MXNet" in ssd.software
+    h100 = shipped["resnet50", "H100", "fp16", 8, 400]  # MLPerf v3.0
+    assert h100.samples_per_s == 56056 and h100.loader == "DALI"
+    assert not [f for f in figures if f.workload == "segmenter"]  # ViT-B/16 at 224: left out
+
+
+def test_the_definitions_and_loaders_cover_the_schema_and_the_workloads() -> None:
+    schema = yaml.safe_load(performance._SCHEMA.read_text())
+    computed = schema["properties"]["figures"]["items"]["properties"]["computed"]["enum"]
+    assert sorted(computed) == sorted(performance.COMPUTED)
+    assert sorted(performance.LOADERS) == sorted(registry.WORKLOADS)
+
+
+def test_a_real_a100_unet2d_run_meets_the_nnunet_figure_but_not_its_loader() -> None:
+    train = A100_FP32 | {"precision": "fp16"}
+    figures = [f for f in performance.load_figures() if f.workload == "unet2d"]
+    published, _ = performance.reference("unet2d", train, 1000.0, figures, "real")
+    assert published["samples_per_s"] == 1238.68  # 729963d, listed before 2b20ca80's 1064.46
+    assert published["differences"] == [
+        "the figure's input pipeline is DALI, ours torch DataLoader"
+    ]
 
 
 def _bad_figures(tmp_path: Path, **changes: object) -> Path:
@@ -218,11 +405,25 @@ def _bad_figures(tmp_path: Path, **changes: object) -> Path:
         ({"samples_per_s": "fast"}, "figures.0.samples_per_s"),
         ({"workload": "bert"}, "figures.0.workload"),
         ({"typo": 1}, "figures.0"),
+        ({"data": "imagenet"}, "figures.0.data"),
+        ({"computed": "mean"}, "figures.0.computed"),
+        ({"loader": ""}, "figures.0.loader"),
+        ({"software": 22.11}, "figures.0.software"),
     ],
 )
 def test_a_bad_figure_names_the_file_and_key(tmp_path: Path, changes: dict, key: str) -> None:
     path = _bad_figures(tmp_path, **changes)
     with pytest.raises(DataError, match=rf"reference_figures\.yaml: key '{key}'"):
+        performance.load_figures(path)
+
+
+@pytest.mark.parametrize("condition", ["data", "loader", "computed", "software"])
+def test_a_figure_without_a_condition_names_it(tmp_path: Path, condition: str) -> None:
+    entry = asdict(FIGURES[0])
+    del entry[condition]
+    path = tmp_path / "reference_figures.yaml"
+    path.write_text(yaml.safe_dump({"figures": [entry]}))
+    with pytest.raises(DataError, match=rf"key 'figures.0': '{condition}' is a required"):
         performance.load_figures(path)
 
 
@@ -232,6 +433,7 @@ def test_run_performance_writes_the_contract_from_the_run_files(tmp_path: Path) 
     _write_log(train / "train_log.csv")
     (train / "stage.json").write_text(json.dumps(TRAIN))
     slice_ = {
+        "datasets": {"coco": {"source": "synthetic"}},
         "performance": {"warmup_steps": 1},
         "reference_figures": [asdict(f) for f in FIGURES],
     }
@@ -239,6 +441,11 @@ def test_run_performance_writes_the_contract_from_the_run_files(tmp_path: Path) 
     stats = performance.step_statistics(train / "train_log.csv", 1)
     reference = facts.pop("reference")
     assert reference["cards"] == 8
+    # the slice's synthetic COCO: indicative, whatever else matches
+    assert reference["comparable"] is False
+    assert reference["differences"] == [
+        "this run on synthetic data (its own sizes, not the dataset's)"
+    ]
     compute = facts.pop("compute")  # stage.json without flops and gemm: each says why not
     assert compute["flops_per_sample"] is None and compute["mfu"] is None
     assert compute["not_measured"]["flops"] == "no counted train step"

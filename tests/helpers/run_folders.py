@@ -41,6 +41,39 @@ def trace_summary(step_ms: float | None = STEP_MS, sections: dict | None = None)
     }
 
 
+def reference(ratio: float | None = 0.25, comparable: bool = False) -> dict[str, Any]:
+    """performance.json's `reference` as accelpipe.performance.reference writes it: the
+    figure, its conditions, whether the ratio is comparable and each difference."""
+    differences = [] if comparable else ["the figure's input pipeline is DALI, ours tf.data"]
+    return {
+        "samples_per_s": 400.0,
+        "precision": "fp32",
+        "device": "A100",
+        "batch": 8,
+        "cards": 2,
+        "data": "real",
+        "loader": "tf.data" if comparable else "DALI",
+        "computed": "samples_over_time",
+        "software": "a container",
+        "source": "README",
+        "note": "",
+        "comparable": comparable,
+        "differences": differences,
+        "ratio": ratio,
+    }
+
+
+def _reference_note(reference: dict[str, Any] | None) -> str:
+    if reference is None:
+        return "no published figure"
+    if "comparable" not in reference:  # as written before figures kept their conditions
+        return "ratio per card: ..."
+    verdict = "comparable: the figure's conditions match this run's"
+    if not reference["comparable"]:
+        verdict = "indicative, not like for like: " + "; ".join(reference["differences"])
+    return f"ratio per card: ...; {verdict}"
+
+
 def performance(
     workload: str,
     run: str,
@@ -86,7 +119,7 @@ def performance(
         "device_memory_source": None,
         "peak_host_rss_bytes": 1000,
         "reference": reference,
-        "reference_note": "ratio per card: ..." if reference else "no published figure",
+        "reference_note": _reference_note(reference),
     }
 
 

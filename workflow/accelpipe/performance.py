@@ -1,5 +1,6 @@
 """performance.json: a run's throughput, step time, data wait, time to train and peak memory,
-beside the published figure for the same workload, precision and device family.
+beside the published figure for the same workload, precision and device family, and whether
+the ratio to it is comparable (the figure's conditions match the run's) or indicative.
 
 The one definition of each figure, used by performance.json, the benchmark table, the grid
 and the compare page (README, "Performance figures"):
@@ -68,9 +69,35 @@ DEFINITIONS = {
 }
 
 
+# How a published figure was computed (reference_figures.yaml's `computed`, its schema's enum):
+# what the ratio note says of it. Ours is DEFINITIONS["throughput"], samples_over_time.
+COMPUTED = {
+    "samples_over_time": "samples over the wall time of the measured steps",
+    "mean_of_step_rates": "the mean of single steps' rates",
+    "median_of_interval_rates": "the median of rates each over many steps or an epoch",
+    "best_epoch": "the fastest epoch's rate",
+    "median_of_runs": "the median over several runs",
+    "unknown": "computed in a way its source does not say",
+}
+OURS_COMPUTED = "samples_over_time"
+# Each workload's input pipeline, as a figure's `loader` names it (performance.json compares
+# them; kept here, not in the registry, so that only the stages reading figures re-run on it).
+LOADERS = {
+    "unet2d": "torch DataLoader",
+    "swinunetr": "torch DataLoader",  # MONAI's CacheDataset in its DataLoader (a torch one)
+    "resnet50": "torch DataLoader",
+    "ssd": "tf.data",
+    "segmenter": "tf.data",
+}
+# Device families whose fp32 products run as TF32 where the framework allows it: NVIDIA's TF32
+# figures count as fp32 there, and a run with TF32 off is not like for like.
+TF32_FAMILIES = ("A100", "H100", "H200")
+
+
 @dataclass(frozen=True)
 class Figure:
-    """A published throughput (reference_figures.yaml explains the fields)."""
+    """A published throughput and the conditions it was measured under
+    (reference_figures.yaml explains the fields)."""
 
     workload: str
     samples_per_s: float
@@ -80,7 +107,12 @@ class Figure:
     cards: int
     batch: int  # per card
     source: str
+    data: str  # real | synthetic | unknown
+    loader: str
+    computed: str  # a key of COMPUTED
+    software: str
     note: str = ""
+    computed_note: str = ""
 
 
 # -- step statistics ------------------------------------------------------------------------
@@ -234,17 +266,91 @@ def _no_family(backend: str, device: str) -> str:
     return f"no published figure: the device name {device!r} does not say its model or generation"
 
 
+def run_data(config_slice: dict[str, Any], workload: str) -> str:
+    """What the run trained on, as a figure's `data` names it: "synthetic" where the publish
+    slice's dataset source is synthetic, "real" for any other source (a download, an import or
+    a path to a copy), "unknown" where the slice names no source."""
+    dataset = registry.workload(workload).dataset
+    source = (config_slice.get("datasets") or {}).get(dataset, {}).get("source")
+    if source is None:
+        return "unknown"
+    return "synthetic" if source == "synthetic" else "real"
+
+
+def _tf32(train: dict[str, Any]) -> bool | None:
+    """Whether a cuda fp32 run's products ran mostly as TF32 (peaks.fp32_uses_tf32 over the
+    switches its matmul probe recorded); None where the train stage recorded none."""
+    switches = (train.get("gemm") or {}).get("tf32_switches")
+    if not switches:
+        return None
+    return peaks.fp32_uses_tf32(
+        train["backend"], switches, (train.get("flops") or {}).get("by_kind")
+    )
+
+
+def differences(
+    figure: Figure, train: dict[str, Any], family: str, data: str, loader: str
+) -> list[str]:
+    """Every condition under which `figure` was measured that the run does not share: cards,
+    batch per card, precision (TF32 or not), how the rate was computed, the data (both must be
+    real: synthetic data has its own sizes) and the input pipeline. None: the ratio is
+    comparable."""
+    world = train["world_size"]
+    batch = train["global_batch"] / world
+    found = []
+    if figure.cards != world:
+        found.append(
+            f"this run on {_cards(world)}, the figure on {_cards(figure.cards)} (a per-card "
+            "rate still depends on the communication between the cards)"
+        )
+    if figure.batch != batch:
+        found.append(f"batch {batch:g} per card vs the figure's {figure.batch}")
+    if figure.precision == "fp32" and family.upper() in TF32_FAMILIES:
+        tf32 = _tf32(train) if train["backend"] == "cuda" else None
+        if tf32 is False:
+            found.append("the figure's fp32 is TF32; this run's products ran mostly in full fp32")
+        elif tf32 is None:
+            found.append("the figure's fp32 is TF32; whether this run's was is not recorded")
+    if figure.computed != OURS_COMPUTED:
+        found.append(f"the figure is {COMPUTED[figure.computed]}, ours {COMPUTED[OURS_COMPUTED]}")
+    if data != "real":
+        found.append(
+            "this run on synthetic data (its own sizes, not the dataset's)"
+            if data == "synthetic"
+            else "whether this run's data was real or synthetic is not recorded"
+        )
+    if figure.data != "real":
+        found.append(
+            "the figure on synthetic data"
+            if figure.data == "synthetic"
+            else "the source does not say whether the figure ran on real or synthetic data"
+        )
+    if figure.loader.casefold() != loader.casefold():
+        found.append(
+            f"the figure's input pipeline is {figure.loader}, ours {loader}"
+            if figure.loader != "unknown"
+            else f"the source does not name the figure's input pipeline (ours: {loader})"
+        )
+    return found
+
+
 def reference(
     workload: str,
     train: dict[str, Any],
     samples_per_s: float | None,
     figures: list[Figure],
+    data: str,
 ) -> tuple[dict[str, Any] | None, str]:
     """The published figure for the run's workload, precision and device family, and the
     ratio of the run's throughput (the measured steps' samples over their wall time) to it
-    per card; else None. Among several figures, the
-    one with the nearest number of cards, then the nearest batch per card. The note says what
-    the ratio compares, or why there is none."""
+    per card; else None. `data`: what the run trained on (`run_data`: real, synthetic or
+    unknown). Among several figures, the one with the nearest number of cards, then the
+    nearest batch per card, then the fewest differences (ties: the one listed first).
+
+    The ratio is `comparable` only where the figure's conditions all match the run's (device
+    family, precision, batch per card, cards, the definition of the rate, real data on both
+    sides, the input pipeline); otherwise it is indicative and `differences` lists each one.
+    The note says what the ratio compares and how, or why there is none."""
     backend, device, precision = train["backend"], train["device"], train["precision"]
     family = device_family(backend, device)
     if family is None:
@@ -258,25 +364,43 @@ def reference(
         return None, f"no published figure for {workload} at {precision} on {family}"
     world = train["world_size"]
     batch = train["global_batch"] / world
-    figure = min(matches, key=lambda f: (abs(f.cards - world), abs(f.batch - batch)))
+    loader = LOADERS[workload]
+    scored = [(f, differences(f, train, family, data, loader)) for f in matches]
+    figure, listed = min(
+        scored,
+        key=lambda fd: (abs(fd[0].cards - world), abs(fd[0].batch - batch), len(fd[1])),
+    )
     published = {
         "samples_per_s": figure.samples_per_s,
         "precision": figure.precision,
         "device": figure.device,
         "batch": figure.batch,
         "cards": figure.cards,
+        "data": figure.data,
+        "loader": figure.loader,
+        "computed": figure.computed,
+        "software": figure.software,
         "source": figure.source,
+        "note": figure.note,
+        "comparable": not listed,
+        "differences": listed,
     }
     there = (
         f"the published {figure.samples_per_s:g} {figure.unit} / {_cards(figure.cards)} "
-        f"(batch {figure.batch} per card{', ' + figure.note if figure.note else ''})"
+        f"(batch {figure.batch} per card, {figure.precision} on {figure.device})"
+    )
+    verdict = (
+        "comparable: the figure's conditions match this run's"
+        if not listed
+        else "indicative, not like for like: " + "; ".join(listed)
     )
     if samples_per_s is None:
-        return published | {"ratio": None}, f"no ratio: no measured step to compare with {there}"
+        note = f"no ratio: no measured step to compare with {there}; {verdict}"
+        return published | {"ratio": None}, note
     ratio = (samples_per_s / world) / (figure.samples_per_s / figure.cards)
     note = (
         f"ratio per card: this run's {samples_per_s:g} samples/s (measured steps) / "
-        f"{_cards(world)} (batch {batch:g} per card) over {there}"
+        f"{_cards(world)} (batch {batch:g} per card) over {there}; {verdict}"
     )
     return published | {"ratio": float(f"{ratio:.4g}")}, note  # 4 significant digits
 
@@ -352,14 +476,15 @@ def run_performance(
     stage_dirs: dict[str, Path], config_slice: dict[str, Any], workload: str, run: str
 ) -> dict[str, Any]:
     """performance.json of a run, from its train stage's output (train_log.csv, stage.json),
-    its trace summary and the publish slice's `performance` settings and
-    `reference_figures`."""
+    its trace summary and the publish slice's `performance` settings, `reference_figures`
+    and dataset source (real or synthetic data, for the figure's conditions)."""
     train = read_json(stage_dirs["train"] / STAGE_FILE)
     warmup = config_slice["performance"]["warmup_steps"]
     stats = step_statistics(stage_dirs["train"] / TRAIN_LOG, warmup)
     figures = [Figure(**f) for f in config_slice["reference_figures"]]
     headline = stats["throughput"]["samples_per_s"]
-    published, note = reference(workload, train, headline, figures)
+    data = run_data(config_slice, workload)
+    published, note = reference(workload, train, headline, figures, data)
     return {
         "workload": workload,
         "run": run,

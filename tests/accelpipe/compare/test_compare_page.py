@@ -11,13 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.compare.page import NUMBERS
+from accelpipe.compare.page import NUMBERS, VERDICT_HEADING
 from accelpipe.compare.rows import PART_COLUMNS
 from accelpipe.compare.write import write_compare
-from tests.helpers.run_folders import write_run
+from tests.helpers.run_folders import reference, write_run
 
 # every number cell of a run: its metric, the runs table's numbers, its step and parts
-SHOWN = {"metric_value", *(column for _, column in NUMBERS), "profiled_step_ms", *PART_COLUMNS}
+NUMBER_CELLS = {
+    "metric_value",
+    *(column for _, column in NUMBERS),
+    "profiled_step_ms",
+    *PART_COLUMNS,
+}
+# and beside the reference ratio, whether it is comparable (text)
+SHOWN = NUMBER_CELLS | {"reference_comparable"}
+VERDICT = {True: "comparable", False: "indicative", None: "–"}
 
 
 class Page(HTMLParser):
@@ -64,10 +72,16 @@ class Page(HTMLParser):
 def compared(tmp_path: Path) -> tuple[Path, list[dict]]:
     results = tmp_path / "results"
     runs = [
-        write_run(results, "resnet50", "bf16", 0.70, (900.0, 850.5, 950.25), 100.0),
-        write_run(results, "resnet50", "fp32", 0.76, (400.0, 390.0, 410.0), 250.0),
+        write_run(
+            results, "resnet50", "bf16", 0.70, (900.0, 850.5, 950.25), 100.0,
+            reference=reference(2.25, comparable=True),
+        ),
+        write_run(
+            results, "resnet50", "fp32", 0.76, (400.0, 390.0, 410.0), 250.0,
+            reference=reference(1.0, comparable=False),
+        ),
         write_run(results, "ssd", "old", 0.2, seconds=33.3, with_performance=False),
-    ]
+    ]  # fmt: skip
     out = tmp_path / "results/compare"
     return out, write_compare(runs, {"cpu": 1.5}, out)
 
@@ -100,13 +114,29 @@ def test_every_run_is_a_row_showing_its_files_numbers(compared: tuple[Path, list
         key = (row["workload"], row["run"])
         shown = page.tables["runs"][key] | page.tables["steps"][key]
         assert set(shown) == SHOWN
+        assert shown.pop("reference_comparable") == VERDICT[row["reference_comparable"]]
         for field, text in shown.items():
             if row[field] is None:
                 assert text in ("–", "none"), field
             else:
                 assert float(text) == row[field], field
     assert page.tables["runs"][("ssd", "old")]["reference_ratio"] == "none"
+    verdicts = [page.tables["runs"][key]["reference_comparable"] for key in page.tables["runs"]]
+    assert verdicts == ["comparable", "indicative", "–"]
     assert page.tables["runs"][("resnet50", "bf16")]["per_step_samples_per_s_p10"] == "850.5"
+
+
+def test_the_verdict_sits_beside_the_reference_ratio_with_the_note_as_its_title(
+    compared: tuple[Path, list[dict]],
+) -> None:
+    out, _ = compared
+    text = (out / "compare.html").read_text()
+    headings = text.split("<th>")
+    ratio = next(i for i, h in enumerate(headings) if h.startswith("reference ratio<"))
+    assert headings[ratio + 1].startswith(f"{VERDICT_HEADING}<")
+    cell = text.split('data-field="reference_ratio"', 1)[1].split("<td", 2)[1]
+    assert cell.startswith(' data-field="reference_comparable" title="ratio per card: ...')
+    assert "the figure&#x27;s input pipeline is DALI, ours tf.data" in text
 
 
 def test_the_marks_and_the_missing_performance_json_are_on_the_page(

@@ -12,13 +12,12 @@ from accelpipe import registry
 from accelpipe.compare.rows import MARKS, build_rows, cost, mark_best, read_row
 from accelpipe.errors import DataError
 from accelpipe.traces.plot import PART_NAMES
-from tests.helpers.run_folders import write_run
+from tests.helpers.run_folders import reference, write_run
 
 
 @pytest.mark.parametrize("workload", sorted(registry.WORKLOADS))
 def test_the_row_holds_the_run_files_numbers(tmp_path: Path, workload: str) -> None:
-    reference = {"samples_per_s": 400.0, "ratio": 0.25, "source": "README"}
-    run = write_run(tmp_path, workload, "r1", metric_value=0.75, reference=reference)
+    run = write_run(tmp_path, workload, "r1", metric_value=0.75, reference=reference())
     row = read_row(run, {})
     metrics = json.loads((run / "metrics.json").read_text())
     perf = json.loads((run / "performance.json").read_text())
@@ -32,7 +31,25 @@ def test_the_row_holds_the_run_files_numbers(tmp_path: Path, workload: str) -> N
     for key in ("time_to_train_s", "world_size", "global_batch", "backend", "precision"):
         assert row[key] == perf[key]
     assert row["reference_ratio"] == perf["reference"]["ratio"]
+    assert row["reference_comparable"] is perf["reference"]["comparable"] is False
     assert row["reference_note"] == perf["reference_note"]
+    assert "indicative" in row["reference_note"]
+
+
+@pytest.mark.parametrize(
+    ("figure", "comparable"),
+    [
+        (reference(comparable=True), True),
+        (reference(comparable=False), False),
+        (None, None),  # no published figure for the run
+        ({"samples_per_s": 400.0, "ratio": 0.25, "source": "README"}, None),  # before conditions
+    ],
+)
+def test_the_row_says_whether_the_reference_ratio_is_comparable(
+    tmp_path: Path, figure: dict | None, comparable: bool | None
+) -> None:
+    row = read_row(write_run(tmp_path, "resnet50", "r1", reference=figure), {})
+    assert row["reference_comparable"] is comparable
 
 
 def test_the_step_parts_add_up_to_the_step(tmp_path: Path) -> None:
@@ -63,6 +80,7 @@ def test_a_run_published_before_performance_json_is_shown_without_throughput(
     run = write_run(tmp_path, "ssd", "old", seconds=90.0, with_performance=False)
     row = read_row(run, {"cpu": 3.6})
     assert row["samples_per_s"] is None and row["reference_ratio"] is None
+    assert row["reference_comparable"] is None
     assert row["time_to_train_s"] == 90.0  # provenance.json's train stage
     assert row["cost_per_run"] == pytest.approx(90 / 3600 * 3.6)
     assert row["cost_per_1000_samples"] is None

@@ -4,7 +4,8 @@ data: URIs) with every run's row, its step breakdown, the plots and the notes.
 Each number sits in its own cell with `data-field` naming its column in compare.json and is
 written as Python writes the number read from the run's files (`str`), so the page shows
 exactly the value the file holds; an empty cell shows "–" (or "none" for a reference
-ratio) and the notes say why.
+ratio) and the notes say why. Beside the reference ratio, a text cell says whether it is
+comparable (the published figure's conditions match the run's) or indicative.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ NUMBERS = (
     ("global batch", "global_batch"),
     ("nodes", "nodes"),
 )
+# The cell after the reference ratio: whether the ratio compares like with like.
+VERDICT_HEADING = "reference ratio is"
+VERDICT_TEXT = {True: "comparable", False: "indicative", None: "–"}
 STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
@@ -69,6 +73,14 @@ def _num(row: Row, column: str, best: bool = False, title: str = "") -> str:
     return f'<td class="{classes}" data-field="{column}"{tip}>{_e(text)}</td>'
 
 
+def _verdict(row: Row) -> str:
+    """Whether the reference ratio is comparable or indicative; the note says why."""
+    text = VERDICT_TEXT[row["reference_comparable"]]
+    return (
+        f'<td data-field="reference_comparable" title="{_e(row["reference_note"])}">{_e(text)}</td>'
+    )
+
+
 def _marks(row: Row) -> str:
     marks = [MARK_TEXT[m] for m in MARK_TEXT if row[m]]
     return f'<td class="marks">{_e(" · ".join(marks))}</td>'
@@ -91,6 +103,8 @@ def _run_cells(row: Row) -> list[str]:
     for _, column in NUMBERS:
         best = any(row[mark] for mark, earned_by, _ in MARKS if earned_by == column)
         cells.append(_num(row, column, best=best, title=titles.get(column, "")))
+        if column == "reference_ratio":
+            cells.append(_verdict(row))
     cells += [f"<td>{_e(row[c])}</td>" for c in ("backend", "device", "precision")]
     return cells
 
@@ -148,7 +162,9 @@ def render(rows: list[Row], per_hour: dict[str, float], plots: list[tuple[Path, 
     """The page for `rows` (marked), with the PNGs in `plots` ((path, alt text)) inlined."""
     workloads = sorted({row["workload"] for row in rows})
     headings = ["workload", "run", "marks", "metric", "value"]
-    headings += [h for h, _ in NUMBERS] + ["backend", "device", "precision"]
+    for heading, column in NUMBERS:
+        headings += [heading, VERDICT_HEADING] if column == "reference_ratio" else [heading]
+    headings += ["backend", "device", "precision"]
     step_headings = ["workload", "run", "profiled step (ms)", *(LABELS[p] for p in PART_NAMES)]
     return "\n".join(
         [
@@ -164,7 +180,10 @@ def render(rows: list[Row], per_hour: dict[str, float], plots: list[tuple[Path, 
             "samples/s (measured steps), ★ <b>most accurate</b> the highest quality metric and "
             "$ <b>cheapest</b> the lowest cost per 1,000 samples; marked cells are green. "
             "Reference ratio: "
-            "this run's samples/s per card over the published figure's (see the notes).</p>",
+            "this run's samples/s per card over the published figure's (see the notes); "
+            "<b>comparable</b> where the figure's conditions (device, precision, batch per "
+            "card, cards, how its rate was computed, real data, input pipeline) match the "
+            "run's, else <b>indicative</b>, the notes listing each difference.</p>",
             f"<p>{_cost_text(per_hour)}</p>",
             "<h2>Runs</h2>",
             _table("runs", headings, rows, _run_cells),

@@ -41,6 +41,7 @@ COLUMNS = (
     "mfu",
     "gemm_fraction",
     "reference_ratio",
+    "reference_comparable",
     "reference_note",
     "profiled_step_ms",
     *PART_COLUMNS,
@@ -190,6 +191,9 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
         **throughput,
         "time_to_train_s": seconds,
         "reference_ratio": reference.get("ratio"),
+        # True: the figure's conditions match the run's; False: indicative (the note lists
+        # the differences); None: no figure, or a performance.json from before conditions.
+        "reference_comparable": reference.get("comparable"),
         "reference_note": facts.get("reference_note", "no performance.json"),
         **_steps(run_dir),
         "cost_per_run": per_run,
