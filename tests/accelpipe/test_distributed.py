@@ -237,6 +237,7 @@ def _train_slice(**train: object) -> str:
     """The config slice the train rule passes, for TINY_CONFIG (tests/workflow/project.py)."""
     cfg = validate(
         {
+            "performance": {"warmup_steps": 0},  # the profiler may record from step 1
             "unet2d": {
                 "model": {"filters": [8, 16, 32], "strides": [1, 2, 2], "deep_supr_num": 1},
                 "train": {"epochs": 2, "steps_per_epoch": 3, "batch_size": 4, **train},

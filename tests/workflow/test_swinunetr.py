@@ -55,7 +55,7 @@ def test_result_folder_is_complete(project: Project) -> None:
     assert provenance["config"]["swinunetr"]["model"]["feature_size"] == 12
     assert "runs" not in provenance["config"]["swinunetr"]  # this run's settings only
     train = json.loads((project.root / "work/swinunetr/default/train/stage.json").read_text())
-    assert train["precision"] == "fp32" and train["steps"] == 4
+    assert train["precision"] == "fp32" and train["steps"] == 6
 
 
 def test_prepared_volumes_and_masks_share_geometry(project: Project) -> None:
