@@ -62,7 +62,8 @@ wheelhouse: venv
 	mkdir -p docker/wheelhouse
 	$(BIN)/python -m pip download --quiet --dest docker/wheelhouse \
 		-r requirements/core.txt -r requirements/torch.txt -r requirements/torch-cpu.txt \
-		-r requirements/tensorflow.txt -r requirements/tensorflow-cpu.txt "setuptools>=77" wheel
+		-r requirements/tensorflow.txt -r requirements/tensorflow-cpu.txt -r requirements/cuda.txt \
+		"setuptools>=77" wheel
 	$(BIN)/python -m pip download --quiet --no-deps --dest docker/wheelhouse -r requirements/tf-keras.txt
 
 # The backend's image through the Docker Engine API (DOCKER_HOST), e.g. BACKEND=cpu.

@@ -1,7 +1,8 @@
 # accelpipe on NVIDIA GPUs: the official PyTorch CUDA runtime image plus our package.
 # The base brings Python 3.11 in a conda environment (/opt/conda) with its CUDA build of
-# PyTorch; we install only requirements/core.txt and accelpipe into that same environment
-# (never torch, never a second venv: the vendor's torch must stay the one that is imported).
+# PyTorch; we install only requirements/core.txt, torch.txt, cuda.txt and accelpipe into that
+# same environment (never torch, never a second venv: the vendor's torch must stay the one
+# that is imported).
 # Build context: the repository root (.dockerignore keeps it small). For offline or
 # air-gapped builds put wheels in docker/wheelhouse/ (the core pins, plus setuptools for
 # building /src) and pass PIP_EXTRA_ARGS=--no-index.
@@ -13,6 +14,8 @@ ARG PIP_EXTRA_ARGS=""
 ARG REQUIREMENTS=requirements/core.txt
 # What the PyTorch engine needs besides the vendor's torch (MONAI, einops).
 ARG FRAMEWORK_REQUIREMENTS=requirements/torch.txt
+# What the cuda backend needs (nvidia-ml-py: NVML, for the energy figures).
+ARG BACKEND_REQUIREMENTS=requirements/cuda.txt
 # Wheels for offline builds; must lie under docker/wheelhouse/ (.dockerignore passes only that).
 ARG WHEELHOUSE=docker/wheelhouse
 # The interpreter whose environment holds the vendor's torch (conda's, first on PATH).
@@ -35,13 +38,16 @@ RUN ${PYTHON} -c "import torch; print('vendor torch', torch.__version__)"
 # Engine API's classic builder that accelpipe builds with (docker-py) does not support it.
 COPY ${REQUIREMENTS} /tmp/requirements.txt
 COPY ${FRAMEWORK_REQUIREMENTS} /tmp/framework-requirements.txt
+COPY ${BACKEND_REQUIREMENTS} /tmp/backend-requirements.txt
 COPY ${WHEELHOUSE}/ /tmp/wheelhouse/
 RUN ${PYTHON} -m pip install --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} \
-        -r /tmp/requirements.txt -r /tmp/framework-requirements.txt
+        -r /tmp/requirements.txt -r /tmp/framework-requirements.txt \
+        -r /tmp/backend-requirements.txt
 COPY pyproject.toml README.md /src/
 COPY workflow/ /src/workflow/
 RUN ${PYTHON} -m pip install --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} /src \
-    && rm -rf /tmp/wheelhouse /tmp/requirements.txt /tmp/framework-requirements.txt /src \
+    && rm -rf /tmp/wheelhouse /tmp/requirements.txt /tmp/framework-requirements.txt \
+        /tmp/backend-requirements.txt /src \
     && ${PYTHON} -c "import numpy, torch, monai, accelpipe" \
     && accelpipe --help >/dev/null
 

@@ -15,6 +15,8 @@ ARG PIP_EXTRA_ARGS=""
 ARG REQUIREMENTS=requirements/core.txt
 # What the TensorFlow engine needs besides the vendor's TensorFlow (xprof, pycocotools).
 ARG FRAMEWORK_REQUIREMENTS=requirements/tensorflow.txt
+# What the cuda backend needs (nvidia-ml-py: NVML, for the energy figures).
+ARG BACKEND_REQUIREMENTS=requirements/cuda.txt
 # Wheels for offline builds; must lie under docker/wheelhouse/ (.dockerignore passes only that).
 ARG WHEELHOUSE=docker/wheelhouse
 # The interpreter whose environment holds the vendor's TensorFlow (the system python3).
@@ -30,9 +32,11 @@ RUN ${PYTHON} -c "import tensorflow as tf; print('vendor tensorflow', tf.__versi
 # Single stage, as the PyTorch vendor images: pip writes into the base's own site-packages.
 COPY ${REQUIREMENTS} /tmp/requirements.txt
 COPY ${FRAMEWORK_REQUIREMENTS} /tmp/framework-requirements.txt
+COPY ${BACKEND_REQUIREMENTS} /tmp/backend-requirements.txt
 COPY ${WHEELHOUSE}/ /tmp/wheelhouse/
 RUN ${PYTHON} -m pip install --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} \
         -r /tmp/requirements.txt -r /tmp/framework-requirements.txt \
+        -r /tmp/backend-requirements.txt \
     && TF_MINOR=$(${PYTHON} -c "import tensorflow as tf; print('.'.join(tf.__version__.split('.')[:2]))") \
     && if ${PYTHON} -c "import sys, tensorflow as tf; sys.exit(int(tf.__version__.split('.')[1]) < 16)"; then \
          ${PYTHON} -m pip install --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} "tf-keras==${TF_MINOR}.*"; \
@@ -42,7 +46,8 @@ RUN ${PYTHON} -m pip install --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} \
 COPY pyproject.toml README.md /src/
 COPY workflow/ /src/workflow/
 RUN ${PYTHON} -m pip install --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} /src \
-    && rm -rf /tmp/wheelhouse /tmp/requirements.txt /tmp/framework-requirements.txt /src \
+    && rm -rf /tmp/wheelhouse /tmp/requirements.txt /tmp/framework-requirements.txt \
+        /tmp/backend-requirements.txt /src \
     && ${PYTHON} -c "import numpy, tensorflow, accelpipe" \
     && accelpipe --help >/dev/null
 

@@ -55,6 +55,7 @@ def test_rows_leave_out_the_warmup_and_sort_by_precision_then_batch(tmp_path: Pa
     assert fp32["data_wait_share"] == pytest.approx(30 / (100 + 80 + 1000 * 8 / 120), abs=1e-4)
     assert fp32["steps_measured"] == 3 and fp32["peak_host_rss_bytes"] == 123_000_000
     assert fp32["flops_per_sample"] is None and fp32["mfu"] is None  # no counted step here
+    assert fp32["joules_per_1000_samples"] is None  # no power recorded here
     table = json.loads((tmp_path / "out" / "benchmark.json").read_text())
     assert table == {"workload": "ssd", "warmup_steps": 1, "rows": rows}
     with (tmp_path / "out" / "benchmark.csv").open() as f:
@@ -69,3 +70,16 @@ def test_a_row_without_its_log_is_named_and_no_table_is_left(tmp_path: Path) -> 
     with pytest.raises(DataError, match=re.escape("bf16-b8/train_log.csv")):
         benchmark.write_table([good, bad], "ssd", warmup_steps=1, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_row_gives_the_joules_per_1000_samples_of_its_measured_steps(tmp_path: Path) -> None:
+    folder = _train_dir(tmp_path, "fp32-b8", [1.0], [0])
+    stage = json.loads((folder / "stage.json").read_text())
+    power = {"joules": 9.0, "seconds": 3.0, "source": "rapl package energy counter"}
+    power |= {"method": "energy counter", "devices": ["package-0"], "reason": None}
+    (folder / "stage.json").write_text(json.dumps(stage | {"power": power | {"incomplete": None}}))
+    # a warm-up step, then 2 measured steps of 8 samples and 1 J and 3 J
+    steps = [(1.0, 0, 8000, "0", 8, 8000, 5.0), (80, 0, 100, "0", 8, 100, 1.0)]
+    write_train_log(folder / "train_log.csv", [*steps, (80, 0, 100, "0", 8, 100, 3.0)])
+    (row,) = benchmark.write_table([folder], "ssd", warmup_steps=1, out=tmp_path / "out")
+    assert row["joules_per_1000_samples"] == 250.0  # 4 J over 16 samples

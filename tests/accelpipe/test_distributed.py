@@ -242,7 +242,7 @@ def _train_slice(**train: object) -> str:
                 "model": {"filters": [8, 16, 32], "strides": [1, 2, 2], "deep_supr_num": 1},
                 "train": {"epochs": 2, "steps_per_epoch": 3, "batch_size": 4, **train},
                 "profile": {"schedule": {"wait": 0, "warmup": 1, "active": 2, "repeat": 1}},
-            }
+            },
         }
     )
     block = cfg["unet2d"]

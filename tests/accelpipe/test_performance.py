@@ -447,6 +447,9 @@ def test_run_performance_writes_the_contract_from_the_run_files(tmp_path: Path) 
         "this run on synthetic data (its own sizes, not the dataset's)"
     ]
     compute = facts.pop("compute")  # stage.json without flops and gemm: each says why not
+    energy = facts.pop("energy")  # nor power: a stage from before energy was measured
+    assert energy["joules"] is None and energy["process_joules"] is None
+    assert energy["not_measured"] == "not recorded: the train stage predates energy measurement"
     assert compute["flops_per_sample"] is None and compute["mfu"] is None
     assert compute["not_measured"]["flops"] == "no counted train step"
     # 100 samples/s over the measured steps; the ratio keeps 4 significant digits
@@ -538,3 +541,91 @@ def test_compute_without_a_measured_throughput_says_why() -> None:
     compute = performance.compute(TRAIN | {"flops": FLOPS, "gemm": GEMM}, None)
     assert compute["model_tflops"] is None and compute["gemm_fraction"] is None
     assert "no measured throughput" in compute["not_measured"]["model_tflops"]
+
+
+# The power facts of a train stage whose meter read both of its devices (stage.json's `power`).
+POWER = {
+    "joules": 50.0,
+    "seconds": 12.0,
+    "mean_watts": 50.0 / 12.0,
+    "source": "nvml total energy counter",
+    "method": "energy counter",
+    "samples": 13,
+    "interval_s": 1.0,
+    "per_device": {"0": 30.0, "1": 20.0},
+    "reason": None,
+    "devices": ["0", "1"],
+    "incomplete": None,
+}
+
+
+def _energy_log(path: Path, energies: list[float | None]) -> Path:
+    """LOG's steps, each with 4 samples over its step time and its energy_j."""
+    steps = [(*LOG[i], 4, LOG[i][2], e) for i, e in zip(LOG, energies, strict=True)]
+    return write_train_log(path, steps)
+
+
+def test_energy_is_the_sum_over_the_measured_steps(tmp_path: Path) -> None:
+    # steps 1 (warm-up), 2 and 3 (profiled) are left out, as from the throughput
+    log = _energy_log(tmp_path / "train_log.csv", [9.0, 5.0, 5.0, 1.0, 1.5, 2.0, 0.5, 1.0])
+    stats = performance.step_statistics(log, 1)
+    energy = performance.energy(TRAIN | {"world_size": 2, "power": POWER}, stats)
+    # 6 J over 20 samples and 200 ms
+    assert energy == {
+        "joules": 6.0,
+        "joules_per_1000_samples": 300.0,
+        "mean_watts": 30.0,
+        "process_joules": 50.0,
+        "process_seconds": 12.0,
+        "source": "nvml total energy counter",
+        "method": "energy counter",
+        "devices": ["0", "1"],
+        "not_measured": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("power", "energies", "reason"),
+    [
+        (
+            {"reason": "no power source: no RAPL package domain under /sys/class/powercap"},
+            [None] * 8,
+            "no power source: no RAPL package domain under /sys/class/powercap",
+        ),
+        (
+            POWER | {"joules": None, "reason": "nvml total energy counter failed after 3 "},
+            [1.0, 1.0, 1.0, None, None, None, None, None],
+            "nvml total energy counter failed after 3 ",
+        ),
+        (
+            POWER | {"devices": ["0"], "incomplete": "the meter read 1 of the run's 2 devices"},
+            [1.0] * 8,
+            "the meter read 1 of the run's 2 devices",
+        ),
+        (
+            POWER,
+            [1.0, 1.0, 1.0, 1.0, 1.0, None, 1.0, 1.0],
+            "no energy over the measured steps: a measured step of train_log.csv has no energy_j",
+        ),
+    ],
+    ids=["no-source", "source-failed", "devices-missed", "row-without-energy"],
+)
+def test_without_energy_every_figure_is_null_with_the_reason(
+    tmp_path: Path, power: dict, energies: list, reason: str
+) -> None:
+    stats = performance.step_statistics(_energy_log(tmp_path / "log.csv", energies), 1)
+    energy = performance.energy(TRAIN | {"power": power}, stats)
+    assert energy["not_measured"] == reason
+    figures = ("joules", "joules_per_1000_samples", "mean_watts")
+    assert [energy[k] for k in figures] == [None] * 3
+    if power.get("reason") or power.get("incomplete"):
+        assert energy["process_joules"] is None and energy["process_seconds"] is None
+    else:  # the whole process was measured; the measured steps were not
+        assert energy["process_joules"] == 50.0
+
+
+def test_no_measured_step_has_no_step_energy_and_says_why(tmp_path: Path) -> None:
+    stats = performance.step_statistics(_energy_log(tmp_path / "log.csv", [1.0] * 8), 8)
+    energy = performance.energy(TRAIN | {"power": POWER}, stats)
+    assert energy["joules"] is None and energy["process_joules"] == 50.0
+    assert energy["not_measured"].startswith("no energy over the measured steps: the warm-up")

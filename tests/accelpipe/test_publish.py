@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import struct
 from pathlib import Path
 
 import pytest
 
+from accelpipe import curves
 from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
 from accelpipe.engines.train_log import LOG_FIELDS, Interval, log_row
 from accelpipe.errors import DataError
@@ -37,6 +39,7 @@ def _stage_dirs(root: Path) -> dict[str, Path]:
         (folder / "stage.json").write_text(json.dumps({"stage": name, "seconds": 1.5, **facts}))
     for stage, name, _ in RUN_FILES:
         (dirs[stage] / name).write_text(f"{stage}/{name}")
+    (dirs["evaluate"] / "metrics.json").write_text(json.dumps({"mean_dice": 0.42}))
     with (dirs["train"] / "train_log.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
         writer.writeheader()
@@ -69,6 +72,32 @@ def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
         "measured": 1,
     }
     assert performance["reference"] is None and "cpu" in performance["reference_note"]
+
+
+def test_publish_draws_the_training_curves_from_the_log_and_the_metric(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[curves.Curves] = []
+
+    def plot(data: curves.Curves, path: Path) -> object:
+        drawn.append(data)
+        return real_plot(data, path)
+
+    real_plot = curves.plot_curves
+    monkeypatch.setattr(curves, "plot_curves", plot)
+    out = tmp_path / "results/unet2d/fold0"
+    publish_run(_stage_dirs(tmp_path), SLICE, out, "model.pt")
+    png = (out / curves.CURVES_FILE).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == curves.SIZE_PX
+    ((data,),) = [drawn]  # the log's two steps, the metric at the last one
+    assert (data.title, data.steps, data.loss, data.lr) == (
+        "unet2d/fold0",
+        [1, 2],
+        [1.0] * 2,
+        [0.1] * 2,
+    )
+    assert (data.metric, data.evaluations) == ("mean_dice", [(2, 0.42)])
 
 
 def test_publish_with_a_missing_output_names_it_and_keeps_the_old_folder(tmp_path: Path) -> None:

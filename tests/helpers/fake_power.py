@@ -190,4 +190,12 @@ def write_rapl_zone(
 
 
 def set_rapl_energy(root: Path, zone: str, energy_uj: int) -> None:
-    (root / zone / "energy_uj").write_text(f"{energy_uj}\n")
+    """A new counter value, written whole (a meter's thread may be reading the file)."""
+    path = root / zone / "energy_uj"
+    tmp = path.with_name("energy_uj.tmp")
+    tmp.write_text(f"{energy_uj}\n")
+    tmp.replace(path)
+
+
+def rapl_energy(root: Path, zone: str) -> int:
+    return int((root / zone / "energy_uj").read_text())

@@ -74,6 +74,40 @@ def _reference_note(reference: dict[str, Any] | None) -> str:
     return f"ratio per card: ...; {verdict}"
 
 
+NO_RAPL = (
+    "no power source: no RAPL package domain under /sys/class/powercap (no powercap RAPL "
+    "driver on this host, or not visible in this container)"
+)
+
+
+def energy(
+    joules_per_1000_samples: float | None = None, process_joules: float | None = None
+) -> dict[str, Any]:
+    """performance.json's `energy` as accelpipe.performance.energy writes it: measured by a
+    stand-in NVML counter where `joules_per_1000_samples` is given, else no power source."""
+    if joules_per_1000_samples is None:
+        keys = ("joules", "joules_per_1000_samples", "mean_watts", "process_joules")
+        return dict.fromkeys(keys) | {
+            "process_seconds": None,
+            "source": None,
+            "method": None,
+            "devices": None,
+            "not_measured": NO_RAPL,
+        }
+    joules = joules_per_1000_samples * 80 / 1000  # the measured steps' 80 samples
+    return {
+        "joules": joules,
+        "joules_per_1000_samples": joules_per_1000_samples,
+        "mean_watts": 150.0,
+        "process_joules": process_joules,
+        "process_seconds": 60.0,
+        "source": "nvml total energy counter",
+        "method": "energy counter",
+        "devices": ["0", "1"],
+        "not_measured": None,
+    }
+
+
 def performance(
     workload: str,
     run: str,
@@ -81,9 +115,11 @@ def performance(
     seconds: float,
     backend: str = "cpu",
     reference: dict[str, Any] | None = None,
+    energy_block: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """performance.json as accelpipe.performance.run_performance writes it; `samples_per_s`:
-    (the throughput, the per-step p10, p90), None: no step measured."""
+    (the throughput, the per-step p10, p90), None: no step measured; `energy_block`: its
+    `energy` (default: no power source)."""
     rate, p10, p90 = samples_per_s or (None, None, None)
     measured = samples_per_s is not None
     return {
@@ -114,6 +150,7 @@ def performance(
             "agrees": True if measured else None,
             "note": "the profiled step (10.500 ms) agrees" if measured else "not compared",
         },
+        "energy": energy_block if energy_block is not None else energy(),
         "time_to_train_s": seconds,
         "peak_device_memory_bytes": None,
         "device_memory_source": None,
@@ -135,6 +172,7 @@ def write_run(
     with_performance: bool = True,
     reference: dict[str, Any] | None = None,
     summary: dict | None = None,
+    energy_block: dict[str, Any] | None = None,
 ) -> Path:
     """A finished run folder; `with_performance=False`: one published before performance.json."""
     folder = results / workload / run
@@ -156,7 +194,7 @@ def write_run(
         "trace_summary.json": summary if summary is not None else trace_summary(),
     }
     if with_performance:
-        perf = performance(workload, run, samples_per_s, seconds, backend, reference)
+        perf = performance(workload, run, samples_per_s, seconds, backend, reference, energy_block)
         files["performance.json"] = perf
     for name, content in files.items():
         (folder / name).write_text(json.dumps(content))

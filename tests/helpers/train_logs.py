@@ -10,8 +10,13 @@ from accelpipe.engines.train_log import LOG_FIELDS
 
 # One logged step: (samples/s, data wait ms, step ms, profiled "0" or "1"), optionally with
 # (samples, wall ms) since the previous logged step: by default the step's own batch
-# (samples/s x step ms) and its step time.
-Step = tuple[float, float, float, str] | tuple[float, float, float, str, int, float]
+# (samples/s x step ms) and its step time; and optionally then the joules over that wall
+# time (energy_j; by default none measured: empty).
+Step = (
+    tuple[float, float, float, str]
+    | tuple[float, float, float, str, int, float]
+    | tuple[float, float, float, str, int, float, float | None]
+)
 
 
 def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] = ()) -> Path:
@@ -21,7 +26,8 @@ def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] =
         writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
         writer.writeheader()
         for step, (rate, waited, took, profiled, *interval) in enumerate(steps, 1):
-            samples, wall = interval or (round(rate * took / 1e3), took)
+            samples, wall, *energy = interval or (round(rate * took / 1e3), took)
+            joules = energy[0] if energy else None
             writer.writerow(
                 {
                     "epoch": 0,
@@ -34,6 +40,7 @@ def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] =
                     "profiled": profiled,
                     "samples": samples,
                     "wall_ms": wall,
+                    "energy_j": "" if joules is None else joules,
                     "attempt": attempts[step - 1] if step <= len(attempts) else 0,
                 }
             )

@@ -1,7 +1,8 @@
 """results/compare in a real headless Chromium (Debian's, scripts/chromium.sh installs it),
 driven over the DevTools protocol: the page loads without a console error or an uncaught
-exception, shows every run, its plots are images that render, and each number on it is the
-one in the run's files.
+exception, fits a 1,400 px window, shows every run, its plots and each run's training curves
+are images that render, and each number on it is the one in the run's files: exact in the
+cell's data-value, rounded as the page rounds its kind in the text.
 
 The runs are real: results/resnet50/fp32 and results/ssd/fp32 of one tiny project, made once
 for the module. Without Chromium (or websocket-client) the tests skip, saying why, unless
@@ -10,6 +11,7 @@ ACCELPIPE_REQUIRE_BROWSER=1 (CI sets it): then they fail.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -23,12 +25,17 @@ from typing import Any
 import pytest
 
 from accelpipe import registry
+from accelpipe.compare.page import NUMBERS, show
+from accelpipe.compare.write import write_compare
+from accelpipe.curves import CURVES_FILE
+from tests.helpers.run_folders import energy, reference, write_run
 from tests.workflow.project import TINY_CONFIG, Project, make_project
 
 pytestmark = pytest.mark.integration
 
 RUNS = ("results/resnet50/fp32", "results/ssd/fp32")
 PER_HOUR = 0.5  # cost.per_hour.cpu of the project: the page shows costs
+WINDOW = 1400  # the page fits a window this wide (CSS px)
 # page field -> the trace summary's step_breakdown sections it adds up
 PARTS = {
     "data_wait_ms": ("loader_first", "loader_next"),
@@ -45,9 +52,16 @@ Promise.allSettled([...document.images].map(i => i.decode())).then(() => JSON.st
     table: tr.closest('table').id, workload: tr.dataset.workload, run: tr.dataset.run,
     cells: Object.fromEntries([...tr.querySelectorAll('td[data-field]')]
       .map(td => [td.dataset.field, td.innerText.trim()])),
+    values: Object.fromEntries([...tr.querySelectorAll('td[data-value]')]
+      .map(td => [td.dataset.field, td.dataset.value])),
     marks: tr.querySelector('td.marks') ? tr.querySelector('td.marks').innerText : null})),
   images: [...document.images].map(i => ({complete: i.complete, width: i.naturalWidth,
     scheme: i.src.split(':')[0]})),
+  curves: [...document.querySelectorAll('figure[data-run]')].map(f => ({
+    workload: f.dataset.workload, run: f.dataset.run,
+    src: f.querySelector('img') ? f.querySelector('img').src : null})),
+  scrollWidth: document.documentElement.scrollWidth,
+  clientWidth: document.documentElement.clientWidth,
 }))
 """
 
@@ -84,8 +98,14 @@ class DevTools:
             self.events.append(json.loads(self.ws.recv()))
         return next(e for e in self.events if e.get("method") == event)
 
-    def load(self, url: str) -> dict[str, Any]:
-        """Open `url`; the page's state (PAGE_STATE) once loaded and its images decoded."""
+    def load(self, url: str, width: int | None = None) -> dict[str, Any]:
+        """Open `url` (in a window `width` CSS px wide, else the browser's own); the page's
+        state (PAGE_STATE) once loaded and its images decoded."""
+        if width is None:
+            self.call("Emulation.clearDeviceMetricsOverride")
+        else:
+            metrics = {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+            self.call("Emulation.setDeviceMetricsOverride", **metrics)
         self.events.clear()
         self.call("Page.navigate", url=url)
         self.wait_for("Page.loadEventFired")
@@ -165,7 +185,7 @@ def _read(run: Path, name: str) -> dict[str, Any]:
 def _expected(run: Path) -> dict[str, tuple[float | None, bool]]:
     """data-field -> (the value in the run's files, whether it is computed from them and so
     only equal to 4 significant digits: costs, the step and `other`, the step minus its
-    parts)."""
+    parts). Every number cell of the page is here."""
     workload = run.parent.name
     perf = _read(run, "performance.json")
     summary = _read(run, "trace_summary.json")
@@ -179,6 +199,8 @@ def _expected(run: Path) -> dict[str, tuple[float | None, bool]]:
     step = breakdown["step_ms"]
     rate = perf["throughput"]["samples_per_s"]
     spread = perf["per_step"]["samples_per_s"]
+    compute = perf["compute"]
+    energy = perf.get("energy") or {}
     exact = {
         "metric_value": metric,
         "samples_per_s": rate,
@@ -187,6 +209,9 @@ def _expected(run: Path) -> dict[str, tuple[float | None, bool]]:
         **{k: perf[k] for k in ("time_to_train_s", "world_size", "global_batch")},
         "reference_ratio": (perf["reference"] or {}).get("ratio"),
         "nodes": nodes,
+        **{k: compute[k] for k in ("flops_per_sample", "model_tflops", "mfu", "gemm_fraction")},
+        "joules_per_run": energy.get("process_joules"),
+        "joules_per_1000_samples": energy.get("joules_per_1000_samples"),
         **parts,
     }
     computed = {
@@ -203,9 +228,65 @@ def test_the_page_loads_without_errors_and_its_plots_render(
 ) -> None:
     state = browser.load((project.root / "results/compare/compare.html").as_uri())
     assert browser.errors() == []
-    assert len(state["images"]) == 3
+    assert len(state["images"]) == 3 + len(RUNS)  # the plots, each run's training curves
     for image in state["images"]:
         assert image["complete"] and image["width"] > 0 and image["scheme"] == "data"
+
+
+def test_the_page_fits_a_1400_px_window(
+    project: Project, browser: DevTools, tmp_path: Path
+) -> None:
+    state = browser.load((project.root / "results/compare/compare.html").as_uri(), WINDOW)
+    _fits(state)
+    # the check sees a page that does not fit
+    wide = tmp_path / "wide.html"
+    wide.write_text('<table style="width: 2000px"><tr><td>wide</td></tr></table>')
+    assert browser.load(wide.as_uri(), WINDOW)["scrollWidth"] > WINDOW
+
+
+def _fits(state: dict[str, Any]) -> None:
+    """No horizontal scrolling: nothing wider than the window less its vertical scrollbar."""
+    assert state["scrollWidth"] <= WINDOW
+    assert state["scrollWidth"] <= state["clientWidth"]
+
+
+def test_many_runs_with_long_names_and_every_figure_fit_too(
+    browser: DevTools, tmp_path: Path
+) -> None:
+    """Hand-made run folders (tests.helpers.run_folders): a grid's long run name, a long
+    device name, every workload, costs and energy: still no horizontal scrolling."""
+    results = tmp_path / "results"
+    runs = [
+        write_run(results, workload, "lr0.001_bs16_warmup100_wd0.05_seed1", 0.7123456,
+                  (12345.678, 11000.5, 13000.25), 3725.123, backend="cuda",
+                  reference=reference(0.87654, comparable=False),
+                  energy_block=energy(51.2345, 1234567.8))
+        for workload in registry.WORKLOADS
+    ] + [write_run(results, "ssd", "old", 0.2, seconds=33.3, with_performance=False)]  # fmt: skip
+    for run in runs[:-1]:
+        perf = json.loads((run / "performance.json").read_text())
+        perf["device"] = "NVIDIA H100 80GB HBM3 (SXM5, 700 W)"
+        perf["compute"] = {
+            **dict.fromkeys(("flops_counted_by", "peak_note", "gemm", "not_measured")),
+            "flops_per_sample": 12_345_678_901.0,
+            "model_tflops": 152.3456,
+            "mfu": 0.1540123,
+            "gemm_fraction": 0.2538,
+        }
+        (run / "performance.json").write_text(json.dumps(perf))
+    write_compare(runs, {"cuda": 4.1}, tmp_path / "compare")
+    state = browser.load((tmp_path / "compare/compare.html").as_uri(), WINDOW)
+    assert browser.errors() == []
+    _fits(state)
+
+
+def test_each_runs_training_curves_are_its_folders_png(project: Project, browser: DevTools) -> None:
+    state = browser.load((project.root / "results/compare/compare.html").as_uri())
+    shown = {f"results/{c['workload']}/{c['run']}": c["src"] for c in state["curves"]}
+    assert list(shown) == list(RUNS)
+    for run, src in shown.items():
+        png = (project.root / run / CURVES_FILE).read_bytes()
+        assert base64.b64decode(src.split(",", 1)[1]) == png
 
 
 def test_every_run_is_on_the_page_with_the_numbers_of_its_files(
@@ -220,18 +301,23 @@ def test_every_run_is_on_the_page_with_the_numbers_of_its_files(
     for run in RUNS:
         workload, name = run.split("/")[1:]
         cells: dict[str, str] = {}
+        values: dict[str, str] = {}
         for row in state["rows"]:
             if (row["workload"], row["run"]) == (workload, name):
                 cells |= row["cells"]
+                values |= row["values"]
         expected = _expected(project.root / run)
-        assert set(expected) <= set(cells)
+        assert set(expected) == set(NUMBERS) == set(values)
         for field, (value, computed) in expected.items():
+            shown = json.loads(values[field])  # the number behind the cell, as read
             if value is None:
-                assert cells[field] in ("none", "–"), field
-            elif computed:
-                assert float(cells[field]) == pytest.approx(value, rel=1e-3, abs=1e-6), field
+                assert shown is None and cells[field] in ("none", "–"), field
+                continue
+            if computed:
+                assert shown == pytest.approx(value, rel=1e-3, abs=1e-6), field
             else:
-                assert float(cells[field]) == value, field
+                assert shown == value, field  # exactly the file's
+            assert cells[field] == show(shown, NUMBERS[field].kind), field  # rounded
         # one run per workload: nothing to compare it with, so no marks (never across
         # workloads: resnet50's speed is not set against ssd's)
         assert all(not r["marks"] for r in state["rows"] if r["run"] == name)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.io import atomic_path, read_json, write_csv, write_json
-from accelpipe.performance import COMPUTE_COLUMNS, compute, step_statistics
+from accelpipe.performance import COMPUTE_COLUMNS, compute, energy, step_statistics
 
 COLUMNS = (
     "row",
@@ -29,6 +29,7 @@ COLUMNS = (
     "model_tflops",
     "mfu",
     "gemm_fraction",
+    "joules_per_1000_samples",
     "data_wait_share",
     "steps_measured",
     "peak_device_memory_bytes",
@@ -38,7 +39,8 @@ COLUMNS = (
 
 def row(train_dir: Path, warmup_steps: int) -> dict[str, Any]:
     """One table row from a benchmark row's train output: its throughput (performance's one
-    definition) and the per-step spread beside it."""
+    definition) and the per-step spread beside it, and the energy per 1,000 samples of its
+    measured steps (None where no power source measured it)."""
     stage = read_json(train_dir / "stage.json")
     stats = step_statistics(train_dir / "train_log.csv", warmup_steps)
     rate = stats["per_step"]["samples_per_s"] or {}
@@ -55,6 +57,7 @@ def row(train_dir: Path, warmup_steps: int) -> dict[str, Any]:
         **{f"per_step_samples_per_s_{q}": rate.get(q) for q in ("p10", "median", "p90")},
         "step_ms_median": step.get("median"),
         **{k: figures[k] for k in COMPUTE_COLUMNS},
+        "joules_per_1000_samples": energy(stage, stats)["joules_per_1000_samples"],
         "data_wait_share": stats["data_wait_share"],
         "steps_measured": stats["steps"]["measured"],
         "peak_device_memory_bytes": stage.get("peak_device_memory_bytes"),

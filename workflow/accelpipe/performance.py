@@ -16,6 +16,10 @@ and the compare page (README, "Performance figures"):
 - per-step distribution: median, p10 and p90 of single logged steps' rates and times. A
   spread, never a throughput: the median of per-step rates overstates a run whose slow steps
   are few but long.
+- energy: the joules of the measured steps (train_log.csv's `energy_j`, over the same rows
+  and wall time as the throughput), per 1,000 samples and as mean watts, beside the whole
+  train process's joules (stage.json's `power`); null with the reason where no power source
+  measured the run's devices.
 
 Pure functions over the run's files (train_log.csv and the train stage.json) and the
 published figures (reference_figures.yaml); no framework. The publish slice carries the
@@ -37,6 +41,7 @@ import yaml
 
 from accelpipe import registry
 from accelpipe.devices import device_family, peaks
+from accelpipe.devices.power import Energy, joules_per_1000_samples
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
 from accelpipe.provenance import STAGE_FILE
@@ -65,6 +70,11 @@ DEFINITIONS = {
     "gemm_fraction": (
         "model TFLOP/s over the matmul ceiling measured on the run's device and precision "
         "(gemm.gemm_tflops x devices)"
+    ),
+    "energy": (
+        "joules the run's devices used over the measured steps (train_log.csv's energy_j: "
+        "NVML, amdsmi, hl-smi or RAPL), per 1,000 samples and as mean watts over their wall "
+        "time; beside it the whole train process's joules"
     ),
 }
 
@@ -191,6 +201,8 @@ def step_statistics(train_log: Path, warmup_steps: int) -> dict[str, Any]:
     measured = [r for r in after_warmup if r["profiled"] != "1"]
     step_ms = [float(r["step_ms"]) for r in measured]
     waited = sum(float(r["data_wait_ms"]) for r in measured)
+    # energy_j: empty where nothing was measured, absent from a log older than the column
+    energies = [float(r["energy_j"]) for r in measured if r.get("energy_j")]
     samples = sum(float(r["samples"]) for r in measured)
     seconds = sum(float(r["wall_ms"]) for r in measured) / 1e3
     steps = {
@@ -212,6 +224,8 @@ def step_statistics(train_log: Path, warmup_steps: int) -> dict[str, Any]:
             "step_ms": _spread(step_ms),
         },
         "data_wait_share": round(waited / sum(step_ms), 4) if sum(step_ms) > 0 else None,
+        # the measured steps' joules (None unless every one of them has its energy_j)
+        "energy_j": sum(energies) if measured and len(energies) == len(measured) else None,
     }
 
 
@@ -409,6 +423,43 @@ def reference(
 COMPUTE_COLUMNS = ("flops_per_sample", "model_tflops", "mfu", "gemm_fraction")
 
 
+def energy(train: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+    """The measured steps' joules (the sum of their energy_j), per 1,000 samples and as
+    mean watts over their wall time (the throughput's rows, samples and seconds), and the
+    whole train process's joules (stage.json's `power`), with the source and method; each
+    None, and `not_measured` saying why, where there is no power source, the meter missed
+    some of the run's devices, or no measured step has its energy."""
+    facts = train.get("power")
+    power = facts or {}
+    process = power.get("joules")
+    reason = (
+        "not recorded: the train stage predates energy measurement"
+        if facts is None
+        else power.get("reason") or power.get("incomplete")
+    )
+    joules = stats.get("energy_j")
+    if reason is None and joules is None:
+        reason = stats["throughput"]["not_measured"] or (
+            "a measured step of train_log.csv has no energy_j"
+        )
+        reason = f"no energy over the measured steps: {reason}"
+    elif reason is not None:
+        joules = process = None
+    samples, seconds = stats["throughput"]["samples"], stats["throughput"]["seconds"]
+    window = Energy(joules, seconds, None, power.get("source"), power.get("method"), 0, None)
+    return {
+        "joules": round(joules, 6) if joules is not None else None,
+        "joules_per_1000_samples": _rounded(joules_per_1000_samples(window, samples)),
+        "mean_watts": _rounded(joules / seconds) if joules is not None and seconds else None,
+        "process_joules": round(process, 6) if process is not None else None,
+        "process_seconds": round(power["seconds"], 3) if process is not None else None,
+        "source": power.get("source"),
+        "method": power.get("method"),
+        "devices": power.get("devices"),
+        "not_measured": reason,
+    }
+
+
 # -- performance.json -----------------------------------------------------------------------
 PROFILED_STEP_TOLERANCE = 0.2  # the profiled step may differ this much from the measured one
 TRACE_SUMMARY = "summary.json"  # the trace stage's, traces.summary.write_summary
@@ -500,6 +551,7 @@ def run_performance(
         "data_wait_share": stats["data_wait_share"],
         "profiled_step": profiled_step(stage_dirs.get("trace"), stats["per_step"]["step_ms"]),
         "compute": compute(train, headline),
+        "energy": energy(train, stats),
         "time_to_train_s": train["seconds"],
         "peak_device_memory_bytes": train.get("peak_device_memory_bytes"),
         "device_memory_source": train.get("device_memory_source"),

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from accelpipe import performance, provenance
+from accelpipe import curves, performance, provenance, registry
 from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
@@ -49,7 +49,8 @@ def publish_run(
     stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: Path, weights: str
 ) -> None:
     """Copy the run's artifacts (`weights`: the engine's model file) into `out` and write
-    provenance.json and performance.json, atomically."""
+    provenance.json, performance.json and training_curves.png (loss and learning rate per
+    logged step, the quality metric where evaluated), atomically."""
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for stage, name, target in (("train", weights, weights), *RUN_FILES):
@@ -62,6 +63,14 @@ def publish_run(
         _copy_profiler_outputs(stage_dirs["trace"], tmp)
         write_json(tmp / "provenance.json", provenance.build(stage_dirs, config_slice))
         train = read_json(stage_dirs["train"] / provenance.STAGE_FILE)
+        metric = registry.workload(train["workload"]).metric
+        curves.write_curves(
+            tmp / "train_log.csv",
+            tmp / "metrics.json",
+            metric,
+            tmp / curves.CURVES_FILE,
+            title=f"{train['workload']}/{train['run']}",
+        )
         facts = performance.run_performance(
             stage_dirs, config_slice, train["workload"], train["run"]
         )

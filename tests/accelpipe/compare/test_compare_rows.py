@@ -12,7 +12,7 @@ from accelpipe import registry
 from accelpipe.compare.rows import MARKS, build_rows, cost, mark_best, read_row
 from accelpipe.errors import DataError
 from accelpipe.traces.plot import PART_NAMES
-from tests.helpers.run_folders import reference, write_run
+from tests.helpers.run_folders import NO_RAPL, energy, reference, write_run
 
 
 @pytest.mark.parametrize("workload", sorted(registry.WORKLOADS))
@@ -72,6 +72,18 @@ def test_a_backend_without_a_price_has_no_cost_and_says_so(tmp_path: Path) -> No
     unpriced = read_row(run, {"cpu": 1.0})
     assert unpriced["cost_per_run"] is None and unpriced["cost_per_1000_samples"] is None
     assert "no cost.per_hour" in unpriced["cost_note"]
+
+
+def test_the_energy_per_run_and_per_thousand_samples_beside_cost(tmp_path: Path) -> None:
+    measured = write_run(tmp_path, "ssd", "a", energy_block=energy(250.0, 9000.0))
+    row = read_row(measured, {})
+    assert (row["joules_per_run"], row["joules_per_1000_samples"]) == (9000.0, 250.0)
+    assert row["energy_note"].startswith("nvml total energy counter (energy counter) on 0, 1")
+    unmeasured = read_row(write_run(tmp_path, "ssd", "b"), {})
+    assert unmeasured["joules_per_run"] is None and unmeasured["joules_per_1000_samples"] is None
+    assert unmeasured["energy_note"] == NO_RAPL
+    old = read_row(write_run(tmp_path, "ssd", "old", with_performance=False), {})
+    assert old["joules_per_1000_samples"] is None and "no energy" in old["energy_note"]
 
 
 def test_a_run_published_before_performance_json_is_shown_without_throughput(
@@ -150,9 +162,9 @@ def test_rows_are_grouped_by_workload(tmp_path: Path) -> None:
     ]
     rows = build_rows(runs, {})
     assert [(r["workload"], r["run"]) for r in rows] == [
-        ("resnet50", "fp32"),
         ("ssd", "fp32"),
         ("ssd", "bf16"),
+        ("resnet50", "fp32"),
     ]
 
 

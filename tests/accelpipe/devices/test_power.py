@@ -488,3 +488,68 @@ def test_energy_as_dict_and_joules_per_1000_samples() -> None:
     assert joules_per_1000_samples(energy, 700) == 20.0
     assert joules_per_1000_samples(energy, 0) is None
     assert joules_per_1000_samples(Energy.absent("none"), 700) is None
+
+
+# --- joules so far: what each train_log.csv row's energy_j differences ---------------------
+
+
+def test_joules_reads_a_quick_source_now_and_keeps_the_window_open(monkeypatch) -> None:
+    nvml = fake_pynvml(energy_mj=[[1000, 4000, 4500, 9000]])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    meter = _meter("cuda", ["0"])
+    assert meter.joules() is None  # not started
+    meter.start()  # reads 1000 mJ
+    assert meter.joules() == 3.0  # 4000 mJ now
+    assert meter.joules() == 3.5
+    energy = meter.stop()  # 9000 mJ: the window went on through the joules() readings
+    assert energy.joules == 8.0 and energy.samples == 4 and energy.seconds == 6.0
+    assert meter.joules() is None  # stopped
+
+
+def test_joules_while_the_thread_reads_takes_its_last_reading_without_waiting(
+    monkeypatch,
+) -> None:
+    nvml = fake_pynvml(energy_mj=[[0, 2000, 5000]])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    meter = _meter("cuda", ["0"])
+    meter.start()
+    meter.sample()  # 2000 mJ
+    with meter._lock:  # the thread is inside a reading
+        assert meter.joules() == 2.0
+    assert meter.joules() == 5.0  # the next call reads: nothing is lost
+
+
+def test_joules_never_reads_hl_smi_in_the_caller(hl_bin) -> None:
+    install_hl_smi(hl_bin, "0, 100 W\n")
+    meter = _meter("gaudi", ["0"])
+    meter.start()
+    calls = len((hl_bin / "hl-smi.args").read_text().splitlines())
+    assert meter.joules() == 0.0  # start()'s reading only
+    meter.sample()  # the thread's, 2 s later
+    assert meter.joules() == 200.0
+    assert len((hl_bin / "hl-smi.args").read_text().splitlines()) == calls + 1
+
+
+def test_joules_after_a_failed_reading_is_none_and_stop_says_why(monkeypatch) -> None:
+    nvml = fake_pynvml(energy_mj=[[0, 1000]], fail_after=3)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    meter = _meter("cuda", ["0"])
+    meter.start()
+    assert meter.joules() == 1.0
+    assert meter.joules() is None
+    assert meter.stop().reason == "nvml total energy counter failed after 2 readings: Unknown Error"
+
+
+def test_no_power_has_no_joules() -> None:
+    meter = open_meter("tpu", [])
+    meter.start()
+    assert meter.joules() is None
+
+
+def test_the_rapl_root_can_be_named_by_the_environment(tmp_path, monkeypatch) -> None:
+    root = _rapl_tree(tmp_path / "powercap")
+    monkeypatch.setenv(power.RAPL_ROOT_ENV, str(root))
+    assert _meter("cpu", []).devices == ["package-0", "package-1"]
+    monkeypatch.setenv(power.RAPL_ROOT_ENV, str(tmp_path / "absent"))
+    meter = open_meter("cpu", [])
+    assert isinstance(meter, NoPower) and f"under {tmp_path / 'absent'}" in meter.reason

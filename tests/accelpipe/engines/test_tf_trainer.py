@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from accelpipe.config import ProfileConfig, TrainConfig
-from accelpipe.devices import tf_device
+from accelpipe.devices import power, tf_device
 from accelpipe.engines import ENGINES
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_distributed import InputShard
@@ -33,6 +33,7 @@ from accelpipe.engines.tf_trainer import (
 from accelpipe.engines.train_log import LOG_FIELDS, SCALARS, SECTIONS
 from accelpipe.errors import ConfigError
 from tests.helpers import tf_toy
+from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
 from tests.helpers.tensorboard import log_scalars, read_scalars
 
@@ -83,6 +84,28 @@ def test_a_run_logs_every_step_with_the_torch_columns_and_saves_weights(tmp_path
     # the CPU keeps no device memory count; the host's peak is this process's
     assert (facts["peak_device_memory_bytes"], facts["device_memory_source"]) == (None, None)
     assert facts["peak_host_rss_bytes"] > 0
+
+
+def test_each_logged_step_gets_the_energy_since_the_previous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in RAPL package that spends 0.5 J per step (as the step's row is written):
+    train_log.csv's energy_j, and the whole window in the facts' `power`."""
+    root, zone = tmp_path / "powercap", "intel-rapl:0"
+    write_rapl_zone(root, zone, "package-0", 5_000_000)
+    monkeypatch.setenv(power.RAPL_ROOT_ENV, str(root))
+    learning_rate = TFTrainer._learning_rate
+
+    def spending(self: TFTrainer) -> float:  # once per logged step, before its row
+        set_rapl_energy(root, zone, rapl_energy(root, zone) + 500_000)
+        return learning_rate(self)
+
+    monkeypatch.setattr(TFTrainer, "_learning_rate", spending)
+    facts = run_training(_cfg(epochs=2), tmp_path / "work", tf_toy.make_job)
+    assert [float(r["energy_j"]) for r in _log(tmp_path / "work")] == [0.5] * 6
+    assert facts["power"]["joules"] == pytest.approx(3.0)
+    assert facts["power"]["source"] == "rapl package energy counter"
+    assert facts["power"]["devices"] == ["package-0"] and facts["power"]["incomplete"] is None
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
@@ -183,6 +206,7 @@ import sys
 from pathlib import Path
 from accelpipe.engines.tf_trainer import run_training
 from tests.helpers import tf_toy
+from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 
 train = {"epochs": 4, "lr": 0.05, "seed": 3, "batch_size": 4}
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
@@ -282,6 +306,7 @@ from pathlib import Path
 from accelpipe.config import TrainConfig, view
 from accelpipe.engines import tf_distributed
 from tests.helpers import tf_toy
+from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 out, mode = Path(sys.argv[1]), (sys.argv[2:] or ["plain"])[0]
 train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2, "deterministic": True}
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}

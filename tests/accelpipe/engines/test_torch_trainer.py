@@ -9,7 +9,8 @@ import json
 import os
 import re
 import socket
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity
 
+from accelpipe import engines, performance
 from accelpipe.config import ProfileConfig, ProfileSchedule, TrainConfig
-from accelpipe.devices.torch_device import resolve
+from accelpipe.devices import power
+from accelpipe.devices.torch_device import Device, resolve
 from accelpipe.distributed import DistContext, init_from_env
 from accelpipe.engines import MEMORY_SNAPSHOT
 from accelpipe.engines.torch_trainer import (
@@ -28,9 +31,12 @@ from accelpipe.engines.torch_trainer import (
     SECTIONS,
     Trainer,
     TrainJob,
+    run_training,
     seed_everything,
 )
 from accelpipe.engines.train_log import SCALARS
+from tests.helpers.fake_power import fake_pynvml, rapl_energy, set_rapl_energy, write_rapl_zone
+from tests.helpers.performance_checks import measured_rows
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
 from tests.helpers.tensorboard import log_scalars, read_scalars
 
@@ -227,6 +233,137 @@ def test_memory_history_runs_from_the_start_to_the_first_cycles_end(
 # trains on its contiguous half of `_batches`' global batch of 8, compared with one process on
 # the whole batch.
 #
+# -- energy: a power meter's joules per logged step (stand-ins for RAPL and NVML) -----------
+
+ZONE = "intel-rapl:0"
+WARMUP = 2  # performance.warmup_steps of the energy runs
+
+
+def _energy_cfg(epochs: int = 2) -> dict[str, Any]:
+    train = {"epochs": epochs, "lr": 0.01, "batch_size": 8, "scheduler": "cosine"}
+    return {"backend": "cpu", "train": train, "profile": {"enabled": False}}
+
+
+def _metered_job(bump: Callable[[int], None]) -> Callable[..., TrainJob]:
+    """`_trainer`'s problem, whose loader calls `bump(step)` as it hands out each batch: the
+    stand-in device spends its energy there and nowhere else."""
+
+    def make_job(cfg: TrainConfig, device: Device, ctx: DistContext) -> TrainJob:
+        model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        step = iter(range(1, 1000))
+
+        def batches(epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            for batch in _batches(epoch):
+                bump(next(step))
+                yield batch
+
+        return TrainJob(model, torch.nn.functional.cross_entropy, batches, STEPS)
+
+    return make_job
+
+
+def _rapl_bump(root: Path) -> Callable[[int], None]:
+    """Step n spends n/4 J of package-0's counter."""
+    return lambda step: set_rapl_energy(root, ZONE, rapl_energy(root, ZONE) + 250_000 * step)
+
+
+def _performance(work: Path, facts: dict[str, Any]) -> dict[str, Any]:
+    """performance.json of a train output whose stage.json holds `facts`."""
+    (work / "stage.json").write_text(json.dumps(facts | {"seconds": 30.0}))
+    slice_ = {"performance": {"warmup_steps": WARMUP}, "reference_figures": []}
+    return performance.run_performance({"train": work}, slice_, "resnet50", "r")
+
+
+def test_each_logged_step_gets_the_energy_since_the_previous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "powercap"
+    write_rapl_zone(root, ZONE, "package-0", 5_000_000)
+    monkeypatch.setenv(power.RAPL_ROOT_ENV, str(root))
+    work = tmp_path / "work"
+    facts = run_training(_energy_cfg(), work, _metered_job(_rapl_bump(root)))
+    rows = _rows(work)
+    energies = [float(r["energy_j"]) for r in rows]
+    assert energies == [step / 4 for step in range(1, 2 * STEPS + 1)]
+    # the meter's whole window: from the engine's start to the end of training
+    metered = facts["power"]
+    assert sum(energies) == pytest.approx(metered["joules"], abs=1e-5)
+    assert metered["source"] == "rapl package energy counter"
+    assert metered["devices"] == ["package-0"] and metered["per_device"] == {
+        "package-0": metered["joules"]
+    }
+    assert metered["reason"] is None and metered["incomplete"] is None
+    # performance.json's energy: the rows and samples the throughput measured
+    energy = _performance(work, facts)["energy"]
+    measured = measured_rows(work, WARMUP)
+    joules = sum(float(r["energy_j"]) for r in measured)
+    samples = sum(int(r["samples"]) for r in measured)
+    seconds = sum(float(r["wall_ms"]) for r in measured) / 1e3
+    assert energy["joules"] == pytest.approx(joules, abs=1e-6)
+    assert energy["joules_per_1000_samples"] == pytest.approx(joules * 1000 / samples, rel=1e-3)
+    assert energy["mean_watts"] == pytest.approx(joules / seconds, rel=1e-3)
+    assert energy["process_joules"] == pytest.approx(metered["joules"], abs=1e-6)
+    assert (energy["source"], energy["method"]) == ("rapl package energy counter", power.COUNTER)
+    assert energy["not_measured"] is None
+
+
+def test_without_a_power_source_every_energy_figure_is_null_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(power.RAPL_ROOT_ENV, str(tmp_path / "no-powercap"))
+    work = tmp_path / "work"
+    facts = run_training(_energy_cfg(epochs=1), work, _metered_job(lambda step: None))
+    assert {r["energy_j"] for r in _rows(work)} == {""}
+    reason = facts["power"]["reason"]
+    assert reason.startswith(f"no power source: no RAPL package domain under {tmp_path}")
+    assert facts["power"]["joules"] is None and facts["power"]["source"] is None
+    energy = _performance(work, facts)["energy"]
+    assert energy["not_measured"] == reason
+    figures = ("joules", "joules_per_1000_samples", "mean_watts", "process_joules")
+    assert [energy[k] for k in figures] == [None] * 4
+
+
+def _nvml_meter(monkeypatch: pytest.MonkeyPatch, counter: dict[str, float]) -> list:
+    """engines.open_meter replaced by an NVML meter over one stand-in GPU whose energy
+    counter reads `counter["mj"]`; returns the list the meters opened are put in."""
+    nvml = fake_pynvml(energy_mj=[[0]])
+    nvml.nvmlDeviceGetTotalEnergyConsumption = lambda handle: counter["mj"]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    opened = []
+
+    def open_meter(backend: str) -> power.PowerMeter:
+        opened.append(power.open_meter("cuda", ["0"]))
+        return opened[-1]
+
+    monkeypatch.setattr(engines, "open_meter", open_meter)
+    return opened
+
+
+def test_an_nvml_meter_gives_the_rows_energy_and_is_closed_when_training_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = {"mj": 1000.0}
+
+    def bump(step: int) -> None:
+        counter["mj"] += 1500.0 * step
+        if step == STEPS + 2 and fail:
+            raise _Killed
+
+    opened = _nvml_meter(monkeypatch, counter)
+    fail = False
+    facts = run_training(_energy_cfg(), tmp_path / "ok", _metered_job(bump))
+    energies = [float(r["energy_j"]) for r in _rows(tmp_path / "ok")]
+    assert energies == [1.5 * step for step in range(1, 2 * STEPS + 1)]
+    assert facts["power"]["joules"] == pytest.approx(sum(energies))
+    assert facts["power"]["source"] == "nvml total energy counter"
+    assert sys.modules["pynvml"].calls["shutdown"] == 1 and not opened[0].sampling
+
+    fail = True
+    with pytest.raises(_Killed):
+        run_training(_energy_cfg(), tmp_path / "failed", _metered_job(bump))
+    assert sys.modules["pynvml"].calls["shutdown"] == 2 and not opened[1].sampling
+
+
 # Tolerance. Each rank's loss is the mean over its half, so the mean of the two is the global
 # batch's mean loss; DDP averages the two half-batch mean gradients, which IS the full-batch
 # mean gradient. The runs differ only in float32 summation order (two half sums plus the

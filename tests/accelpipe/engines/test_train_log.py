@@ -73,3 +73,34 @@ def test_a_row_counts_the_samples_and_wall_time_since_the_previous_logged_step()
     interval.add(4)
     row = log_row(0, 3, 1.0, 0.1, 4, 0.1, 0.2, interval=interval, profiled=False)
     assert (row["samples"], row["wall_ms"]) == ("4", "300.000")
+
+
+def test_a_row_counts_the_energy_since_the_previous_logged_step() -> None:
+    """energy_j: the meter's running joules at the row, less those at the previous row (or
+    the epoch's start); empty where the meter measures nothing."""
+    readings = iter([100.0, 102.5, 104.0, None])
+    interval = Interval(clock=lambda: 0.0, joules=lambda: next(readings))
+    row = log_row(0, 1, 1.0, 0.1, 4, 0.1, 0.2, interval=interval, profiled=False)
+    assert row["energy_j"] == "2.500000"
+    row = log_row(0, 2, 1.0, 0.1, 4, 0.1, 0.2, interval=interval, profiled=False)
+    assert row["energy_j"] == "1.500000"
+    row = log_row(0, 3, 1.0, 0.1, 4, 0.1, 0.2, interval=interval, profiled=False)
+    assert row["energy_j"] == ""  # the source failed
+    row = log_row(0, 1, 1.0, 0.1, 4, 0.1, 0.2, interval=Interval(), profiled=False)
+    assert row["energy_j"] == ""  # no meter
+
+
+def test_a_log_without_the_energy_column_gets_it_empty(tmp_path: Path) -> None:
+    old_fields = [f for f in LOG_FIELDS if f != "energy_j"]
+    with (tmp_path / LOG_FILE).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=old_fields, extrasaction="ignore")
+        writer.writeheader()
+        row = log_row(0, 1, 1.0, 0.1, 4, 0, 0.01, interval=Interval(), profiled=False)
+        writer.writerow(row | {"attempt": "0"})
+    _append(tmp_path, range(2, 3))
+    rows = _rows(tmp_path)
+    assert tuple(rows[0]) == LOG_FIELDS
+    assert [(r["step"], r["energy_j"], r["attempt"]) for r in rows] == [
+        ("1", "", "0"),
+        ("2", "", "1"),
+    ]

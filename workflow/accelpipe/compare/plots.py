@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accelpipe.compare.page import show
 from accelpipe.traces.plot import PART_NAMES, StepParts, draw_step_bars
 
 Row = dict[str, Any]
@@ -56,10 +57,17 @@ def _names(runs: list[Row]) -> list[str]:
 
 
 def _bars(
-    ax: Any, runs: list[Row], column: str, mark: str, missing: str, ends: list[float] | None = None
+    ax: Any,
+    runs: list[Row],
+    column: str,
+    kind: str,
+    mark: str,
+    missing: str,
+    ends: list[float] | None = None,
 ) -> list[float]:
     """Horizontal bars of `column` (first run on top), labelled past `ends` (default: the
-    bars' ends); a run without the value says `missing`."""
+    bars' ends) with the value rounded as the page shows a number of `kind`; a run without
+    the value says `missing`."""
     values = [run[column] for run in runs]
     ends = ends or [v or 0.0 for v in values]
     colors = ["tab:blue" if run[mark] else "lightsteelblue" for run in runs]
@@ -67,7 +75,7 @@ def _bars(
     ax.barh(y, [v or 0.0 for v in values], height=0.6, color=colors)
     for i, value in enumerate(values):
         marked = f"  ({mark.replace('_', ' ')})" if runs[i][mark] else ""
-        text = f" {missing}" if value is None else f" {value:g}{marked}"
+        text = f" {missing}" if value is None else f" {show(value, kind)}{marked}"
         ax.text(ends[i], i, text, va="center")
     ax.set_yticks(y, _names(runs))
     ax.set_ylim(len(runs) - 0.5, -0.5)
@@ -76,7 +84,7 @@ def _bars(
 
 
 def _quality(ax: Any, runs: list[Row]) -> None:
-    _bars(ax, runs, "metric_value", "most_accurate", "no value")
+    _bars(ax, runs, "metric_value", "metric", "most_accurate", "no value")
     ax.set_xlabel(runs[0]["metric"])
 
 
@@ -84,7 +92,7 @@ def _throughput(ax: Any, runs: list[Row]) -> None:
     ends = [
         max(run["samples_per_s"] or 0.0, run["per_step_samples_per_s_p90"] or 0.0) for run in runs
     ]
-    rates = _bars(ax, runs, "samples_per_s", "fastest", "not measured", ends)
+    rates = _bars(ax, runs, "samples_per_s", "rate", "fastest", "not measured", ends)
     for i, (run, rate) in enumerate(zip(runs, rates, strict=True)):
         low, high = run["per_step_samples_per_s_p10"], run["per_step_samples_per_s_p90"]
         if rate is not None and low is not None and high is not None:

@@ -52,6 +52,9 @@ COLUMNS = (
     "cost_per_run",
     "cost_per_1000_samples",
     "cost_note",
+    "joules_per_run",
+    "joules_per_1000_samples",
+    "energy_note",
     "fastest",
     "most_accurate",
     "cheapest",
@@ -121,6 +124,24 @@ def _compute_note(compute: dict[str, Any] | None) -> str:
     return f"FLOPs counted by {counted}; peak: {compute['peak_note']}" + (
         f"; {missing}" if missing else ""
     )
+
+
+def _energy(performance: dict[str, Any] | None) -> dict[str, Any]:
+    """performance.json's energy: the train process's joules, the joules per 1,000 samples at
+    the measured steps, and where they come from or why there are none."""
+    energy = (performance or {}).get("energy")
+    if not energy:
+        note = "no energy in performance.json (published before it was measured)"
+        return {"joules_per_run": None, "joules_per_1000_samples": None, "energy_note": note}
+    note = energy["not_measured"] or (
+        f"{energy['source']} ({energy['method']}) on {', '.join(energy['devices'] or [])}: "
+        "per run, the train process; per 1,000 samples, the measured steps"
+    )
+    return {
+        "joules_per_run": energy["process_joules"],
+        "joules_per_1000_samples": energy["joules_per_1000_samples"],
+        "energy_note": note,
+    }
 
 
 def _steps(run_dir: Path) -> dict[str, Any]:
@@ -199,6 +220,7 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
         "cost_per_run": per_run,
         "cost_per_1000_samples": per_1000,
         "cost_note": cost_note,
+        **_energy(performance),
         **dict.fromkeys(mark for mark, _, _ in MARKS),
         "notes": notes,
     }
@@ -223,6 +245,9 @@ def build_rows(run_dirs: list[Path], per_hour: dict[str, float]) -> list[dict[st
     if not run_dirs:
         raise DataError("results/compare: no finished run (no results/<workload>/<run>/)")
     rows = [read_row(run_dir, per_hour) for run_dir in run_dirs]
-    rows.sort(key=lambda row: row["workload"])  # grouped by workload, runs in the given order
+    first: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        first.setdefault(row["workload"], i)
+    rows.sort(key=lambda row: first[row["workload"]])  # grouped, otherwise in the given order
     mark_best(rows)
     return rows

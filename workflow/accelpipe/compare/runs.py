@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 
 from accelpipe import registry
+from accelpipe.curves import CURVES_FILE
 
 PROVENANCE = "provenance.json"  # publish writes it: a folder with one is a finished run
 METRICS = "metrics.json"
 PERFORMANCE = "performance.json"
 TRACE_SUMMARY = "trace_summary.json"
-READS = (PROVENANCE, METRICS, PERFORMANCE, TRACE_SUMMARY)
+READS = (PROVENANCE, METRICS, PERFORMANCE, TRACE_SUMMARY, CURVES_FILE)  # the page inlines curves
 # results/<workload>/<name> folders that are not runs (the rules' `run` constraint agrees)
 AGGREGATES = ("cv", "grid", "benchmark", "compare")
 _RUN_NAME = re.compile(r"[A-Za-z0-9_-]+")

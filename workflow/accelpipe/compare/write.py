@@ -1,4 +1,5 @@
-"""Write results/compare: compare.csv, compare.json, the plots and compare.html."""
+"""Write results/compare: compare.csv, compare.json, the plots and compare.html (which also
+inlines each run's training_curves.png from its folder)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any
 
 from accelpipe.compare import page, plots
 from accelpipe.compare.rows import COLUMNS, build_rows
+from accelpipe.curves import CURVES_FILE
 from accelpipe.io import atomic_path, write_csv, write_json, write_text
 
 ALT_TEXT = {
     plots.QUALITY: "quality metric per run, one panel per workload",
-    plots.THROUGHPUT: "median samples/s per run with p10 to p90 whiskers",
+    plots.THROUGHPUT: "samples/s (measured steps) per run with the per-step p10 to p90",
     plots.STEPS: "mean step per run, stacked from its parts",
 }
 
@@ -36,5 +38,6 @@ def write_compare(
         write_json(tmp / "compare.json", {"cost": {"per_hour": per_hour}, "runs": rows})
         plots.write_plots(rows, tmp)
         images = [(tmp / name, ALT_TEXT[name]) for name in plots.PLOTS]
-        write_text(tmp / "compare.html", page.render(rows, per_hour, images))
+        curves = {(d.parent.name, d.name): d / CURVES_FILE for d in run_dirs}
+        write_text(tmp / "compare.html", page.render(rows, per_hour, images, curves))
     return rows

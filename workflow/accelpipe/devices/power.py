@@ -2,8 +2,10 @@
 
 `open_meter(backend, devices)` picks the source of the backend and returns a `PowerMeter`,
 or a `NoPower` that says why energy cannot be measured. Both have `start()`, `sample()`,
-`stop() -> Energy` and `close()`; neither ever raises, so a meter can never make training
-fail: a source that errors becomes the `reason` of the window's `Energy` (logged once).
+`joules()` (the window's joules so far, the window kept open: what train_log.csv's
+`energy_j` differences per logged step), `stop() -> Energy` and `close()`; none ever raises,
+so a meter can never make training fail: a source that errors becomes the `reason` of the
+window's `Energy` (logged once).
 
 Sources, by backend (only the devices the run uses):
 
@@ -17,7 +19,9 @@ Sources, by backend (only the devices the run uses):
   module; the rows of the run's module ids are kept, the ids HABANA_VISIBLE_MODULES takes).
 - cpu: Intel RAPL through the powercap driver, `<root>/intel-rapl:N/energy_uj` of the
   package domains (AMD Zen CPUs appear there too), wraparound at `max_energy_range_uj`
-  handled. Since Linux 5.10 energy_uj is readable by root only (CVE-2020-8694).
+  handled. Since Linux 5.10 energy_uj is readable by root only (CVE-2020-8694). The powercap
+  folder is /sys/class/powercap, or the one `ACCELPIPE_RAPL_ROOT` names (a copy of the tree, or
+  the tests' stand-in).
 
 Devices: the ids passed in (the leased devices), else the vendor's visibility variable
 (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, HABANA_VISIBLE_MODULES), else every device the
@@ -27,13 +31,16 @@ processor handles; gaudi ids are module ids; cpu ids name RAPL zones (`package-0
 
 Counters are read every `interval_s` too (1 s by default), so that a wrap within the window
 is seen; sampled power (every 0.1 s, 0.5 s for hl-smi) is integrated with the trapezoidal
-rule. Readings happen in a daemon thread, which stops at the first error.
+rule. Readings happen in a daemon thread, which stops at the first error. Each reading adds
+its step to running totals, so `joules()` costs one reading, not a pass over the window:
+quick sources (NVML, amdsmi, RAPL: a library call or a file) are read in the caller, unless
+the thread is reading at that moment (then its last reading counts, and the rest falls into
+the next call); hl-smi, a process per reading, is never read in the caller.
 """
 
 from __future__ import annotations
 
 import importlib
-import itertools
 import logging
 import os
 import re
@@ -52,6 +59,8 @@ from accelpipe.leases import VISIBILITY_ENV
 log = logging.getLogger(__name__)
 
 RAPL_ROOT = Path("/sys/class/powercap")
+# Names another powercap folder for the cpu backend's RAPL (open_meter's default rapl_root).
+RAPL_ROOT_ENV = "ACCELPIPE_RAPL_ROOT"
 HL_SMI_ARGS = ("-Q", "module_id,power.draw", "-f", "csv,noheader")
 # Seconds between readings: sampled power, energy counters, and hl-smi (a process per reading).
 POWER_INTERVAL_S = 0.1
@@ -135,6 +144,8 @@ class _Source:
     """Readings per device: cumulative joules (method COUNTER) or watts (SAMPLED)."""
 
     name: str
+    # Whether a reading is quick enough to take in the training thread (joules()).
+    quick = True
     method: str
     interval_s: float
     devices: list[str]
@@ -161,7 +172,7 @@ class PowerMeter:
         self.interval_s = source.interval_s if interval_s is None else interval_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._samples: list[tuple[float, list[float]]] = []
+        self._running: _Running | None = None  # the window so far; replaced, never mutated
         self._error: str | None = None
         self._warned = False
         self._stopping = threading.Event()
@@ -187,7 +198,7 @@ class PowerMeter:
         """Begin a window: one reading now, then one every interval_s in a daemon thread."""
         if self._window or self._closed or self._hung:
             return
-        self._samples = []
+        self._running = None
         self._error = None
         self._stopping = threading.Event()
         self._window = True
@@ -200,20 +211,55 @@ class PowerMeter:
 
     def sample(self) -> None:
         """Take one reading now (the thread calls this every interval_s); never raises."""
-        with self._lock:
+        self._sample(wait=True)
+
+    def joules(self) -> float | None:
+        """The joules of the window so far, from start() to now, the window kept open; None
+        where it measures nothing (not started, or an error: stop() gives the reason). A
+        quick source is read now, unless the thread is reading (then the thread's reading
+        counts: this never waits for the thread); hl-smi gives the thread's latest reading.
+        Never raises."""
+        try:
+            if not self._window or self._hung:
+                return None
+            if self._source.quick:
+                self._sample(wait=False)
+            running = self._running
+            if self._error is not None or running is None:
+                return None
+            return sum(running.totals)
+        except Exception as err:  # a bug here must not fail training either
+            self._fail(f"energy not computed: {_text(err)}")
+            return None
+
+    def _sample(self, wait: bool) -> None:
+        """One reading added to the running totals; `wait=False`: none where the thread
+        is taking one now."""
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
             if self._error is not None:
                 return
+            running = self._running
+            count = running.count if running else 0
             try:
-                values = [float(v) for v in self._source.read()]
+                values = tuple(float(v) for v in self._source.read())
                 if len(values) != len(self._source.devices):
                     raise SourceError(
                         f"{len(values)} readings for {len(self._source.devices)} devices"
                     )
-                self._samples.append((self._clock(), values))
+                now = self._clock()
             except Exception as err:
-                self._fail(
-                    f"{self.source} failed after {len(self._samples)} readings: {_text(err)}"
+                self._fail(f"{self.source} failed after {count} readings: {_text(err)}")
+                return
+            try:
+                self._running = _advance(
+                    running, now, values, self._source.method, self._source.wrap_j
                 )
+            except Exception as err:
+                self._fail(f"energy not computed: {_text(err)}")
+        finally:
+            self._lock.release()
 
     def stop(self) -> Energy:
         """End the window: the last reading, then the energy over it; never raises."""
@@ -238,20 +284,20 @@ class PowerMeter:
                 self._fail(self._hung)
                 return Energy.absent(self._hung, self.source)
         self.sample()
-        if self._error is not None:
-            return Energy.absent(self._error, self.source)
-        per_device = _integrate(self._samples, self._source.method, self._source.wrap_j)
-        seconds = self._samples[-1][0] - self._samples[0][0]
-        joules = sum(per_device)
+        running = self._running
+        if self._error is not None or running is None:
+            return Energy.absent(self._error or "no reading", self.source)
+        seconds = running.time - running.first
+        joules = sum(running.totals)
         return Energy(
             joules=joules,
             seconds=seconds,
             mean_watts=joules / seconds if seconds > 0 else None,
             source=self.source,
             method=self._source.method,
-            samples=len(self._samples),
+            samples=running.count,
             interval_s=self.interval_s,
-            per_device=dict(zip(self._source.devices, per_device, strict=True)),
+            per_device=dict(zip(self._source.devices, running.totals, strict=True)),
         )
 
     def close(self) -> None:
@@ -304,6 +350,9 @@ class NoPower:
     def sample(self) -> None:
         pass
 
+    def joules(self) -> float | None:
+        return None
+
     def stop(self) -> Energy:
         return Energy.absent(self.reason)
 
@@ -323,11 +372,14 @@ def open_meter(
     *,
     interval_s: float | None = None,
     clock: Clock = time.monotonic,
-    rapl_root: Path = RAPL_ROOT,
+    rapl_root: Path | None = None,
     tool_timeout_s: float = TOOL_TIMEOUT_S,
 ) -> PowerMeter | NoPower:
-    """A meter over `devices` of `backend`, or NoPower with the reason; never raises."""
+    """A meter over `devices` of `backend`, or NoPower with the reason; never raises.
+    `rapl_root`: the powercap folder (default: $ACCELPIPE_RAPL_ROOT, else RAPL_ROOT)."""
     ids = [str(d).strip() for d in devices]
+    if rapl_root is None:
+        rapl_root = Path(os.environ.get(RAPL_ROOT_ENV) or RAPL_ROOT)
     try:
         if backend == "cuda":
             source = _open_nvml(ids)
@@ -351,24 +403,41 @@ def open_meter(
 # --- integration -------------------------------------------------------------------------
 
 
-def _integrate(
-    samples: list[tuple[float, list[float]]], method: str, wrap_j: list[float | None]
-) -> list[float]:
-    """Joules per device over consecutive readings: counter deltas (a counter that went
-    back wrapped once at wrap_j), or trapezoids of sampled watts."""
-    totals = [0.0] * len(wrap_j)
-    for (t0, before), (t1, after) in itertools.pairwise(samples):
-        for i, (a, b) in enumerate(zip(before, after, strict=True)):
-            if method == SAMPLED:
-                totals[i] += 0.5 * (a + b) * (t1 - t0)
-                continue
-            delta = b - a
-            if delta < 0:
+@dataclass(frozen=True)
+class _Running:
+    """A window so far: its first reading's time, the last reading (time, values), the
+    joules per device between them and the number of readings."""
+
+    first: float
+    time: float
+    values: tuple[float, ...]
+    totals: tuple[float, ...]
+    count: int
+
+
+def _advance(
+    running: _Running | None,
+    now: float,
+    values: tuple[float, ...],
+    method: str,
+    wrap_j: list[float | None],
+) -> _Running:
+    """The window with one more reading: per device, the counter's delta (a counter that
+    went back wrapped once at wrap_j) or the trapezoid of sampled watts since the last."""
+    if running is None:
+        return _Running(now, now, values, (0.0,) * len(values), 1)
+    totals = []
+    for i, (a, b) in enumerate(zip(running.values, values, strict=True)):
+        if method == SAMPLED:
+            step = 0.5 * (a + b) * (now - running.time)
+        else:
+            step = b - a
+            if step < 0:
                 if wrap_j[i] is None:
                     raise SourceError(f"the energy counter went back ({a} J, then {b} J)")
-                delta += wrap_j[i]
-            totals[i] += delta
-    return totals
+                step += wrap_j[i]
+        totals.append(running.totals[i] + step)
+    return _Running(running.first, now, values, tuple(totals), running.count + 1)
 
 
 def _visible(backend: str) -> list[str] | None:
@@ -557,6 +626,7 @@ _HL_ROW = re.compile(r"^\s*(\d+)\s*,\s*([0-9]+(?:\.[0-9]+)?)\s*(?:W)?\s*$")
 class _HlSmiSource(_Source):
     name = "hl-smi power.draw"
     method = SAMPLED
+    quick = False  # a process per reading: only the thread reads it
     interval_s = HL_SMI_INTERVAL_S
 
     def __init__(self, tool: str, devices: list[str], timeout_s: float):

@@ -47,9 +47,17 @@ from typing import Any
 
 from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import tf_device, tf_gemm
+from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.distributed import check_global_batch
-from accelpipe.engines import ENGINES, run_facts, tf_distributed, tf_flops
+from accelpipe.engines import (
+    ENGINES,
+    power_facts,
+    power_meter,
+    run_facts,
+    tf_distributed,
+    tf_flops,
+)
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_data_checks import data_errors
 from accelpipe.engines.tf_distributed import InputShard
@@ -102,7 +110,9 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
     """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
 
     Writes the model's weights (MODEL_FILE) and returns the run facts for stage.json on the
-    chief; the other workers of a multi-worker run return None.
+    chief; the other workers of a multi-worker run return None. The chief meters the energy
+    of the devices it sees from here to the end of training (engines.power_meter): per
+    logged step in train_log.csv, in all in the facts' `power`.
     """
     # The validated slice has the key (its default is the schema's); a slice made by hand
     # without it asks for nothing.
@@ -116,51 +126,54 @@ def _run_training(
 ) -> dict[str, Any]:
     train_cfg = view(TrainConfig, cfg["train"])
     index, world = tf_distributed.cluster()
-    check_global_batch(train_cfg.batch_size, world)
-    # The strategy must exist before TensorFlow runs any op; one process: no strategy.
-    strategy = tf_device.multi_worker_strategy(cfg["backend"]) if world > 1 else None
-    device = tf_device.resolve(cfg["backend"], train_cfg.precision)
-    device.apply_policy()  # before the model is built: layers take the global policy
-    keras.utils.set_random_seed(train_cfg.seed)  # the same on every worker: the same init
-    profile = ProfileConfig.from_slice(cfg.get("profile", {}))
-    shard = InputShard(world, index, train_cfg.batch_size // world)
-    place = strategy.scope() if strategy else tf.device(device.device)
-    with place:
-        job = make_job(train_cfg, device)
-        trainer = TFTrainer(
-            job, device, train_cfg, profile, work_dir, shard, strategy, deterministic
+    with power_meter(cfg["backend"], writes_log=index == 0) as meter:
+        check_global_batch(train_cfg.batch_size, world)
+        # The strategy must exist before TensorFlow runs any op; one process: no strategy.
+        strategy = tf_device.multi_worker_strategy(cfg["backend"]) if world > 1 else None
+        device = tf_device.resolve(cfg["backend"], train_cfg.precision)
+        device.apply_policy()  # before the model is built: layers take the global policy
+        keras.utils.set_random_seed(train_cfg.seed)  # the same on every worker: the same init
+        profile = ProfileConfig.from_slice(cfg.get("profile", {}))
+        shard = InputShard(world, index, train_cfg.batch_size // world)
+        place = strategy.scope() if strategy else tf.device(device.device)
+        with place:
+            job = make_job(train_cfg, device)
+            trainer = TFTrainer(
+                job, device, train_cfg, profile, work_dir, shard, strategy, deterministic, meter
+            )
+        resumed_from = trainer.step if trainer.resume() else None
+        # the ceiling the run's FLOP rate is set against: this device and precision
+        with tf.device(device.device):
+            gemm = tf_gemm.measure_gemm_tflops(device).as_dict()
+        gemm["tf32_switches"] = tf_gemm.tf32_switches(device.backend)
+        trainer.fit()
+        if index != 0:
+            # Every worker saves: reading sync-on-read variables (BN moving statistics) is a
+            # collective the chief would wait on forever. Only the chief's file is kept.
+            with tempfile.TemporaryDirectory() as scratch:
+                job.model.save_weights(str(Path(scratch) / MODEL_FILE))
+        else:
+            job.model.save_weights(str(work_dir / MODEL_FILE))
+        if strategy is not None:
+            # Once the chief returns, its stage moves the work directory into place and drops the
+            # checkpoints, while a worker may still be writing its last one in there (a model
+            # without sync-on-read variables saves with no collective to hold the chief back).
+            _all_workers_done(strategy)
+        if index != 0:
+            return None
+        energy = power_facts(meter, backend=device.backend, world_size=world, nodes=train_cfg.nodes)
+        return run_facts(
+            device,
+            compiled=train_cfg.compile,
+            steps=trainer.step,
+            resumed_from=resumed_from,
+            world_size=world,
+            global_batch=job.batch_size,
+            job_facts=job.facts,
+            flops=trainer.flops,
+            gemm=gemm,
+            power=energy,
         )
-    resumed_from = trainer.step if trainer.resume() else None
-    # the ceiling the run's FLOP rate is set against: this device and precision
-    with tf.device(device.device):
-        gemm = tf_gemm.measure_gemm_tflops(device).as_dict()
-    gemm["tf32_switches"] = tf_gemm.tf32_switches(device.backend)
-    trainer.fit()
-    if index != 0:
-        # Every worker saves: reading sync-on-read variables (BN moving statistics) is a
-        # collective the chief would wait on forever. Only the chief's file is kept.
-        with tempfile.TemporaryDirectory() as scratch:
-            job.model.save_weights(str(Path(scratch) / MODEL_FILE))
-    else:
-        job.model.save_weights(str(work_dir / MODEL_FILE))
-    if strategy is not None:
-        # Once the chief returns, its stage moves the work directory into place and drops the
-        # checkpoints, while a worker may still be writing its last one in there (a model
-        # without sync-on-read variables saves with no collective to hold the chief back).
-        _all_workers_done(strategy)
-    if index != 0:
-        return None
-    return run_facts(
-        device,
-        compiled=train_cfg.compile,
-        steps=trainer.step,
-        resumed_from=resumed_from,
-        world_size=world,
-        global_batch=job.batch_size,
-        job_facts=job.facts,
-        flops=trainer.flops,
-        gemm=gemm,
-    )
 
 
 def _all_workers_done(strategy: tf.distribute.Strategy) -> None:
@@ -196,8 +209,10 @@ class TFTrainer:
         shard: InputShard | None = None,
         strategy: tf.distribute.Strategy | None = None,
         deterministic: bool = False,
+        power: PowerMeter | NoPower | None = None,
     ) -> None:
         self.job, self.device, self.cfg, self.work_dir = job, device, cfg, work_dir
+        self.power = power  # its running joules: each log row's energy_j (none: empty)
         self.deterministic = deterministic
         self.shard = shard or InputShard(1, 0, job.batch_size)
         self.strategy = strategy
@@ -345,7 +360,8 @@ class TFTrainer:
     def _run_epoch(self, writer: Any, log_file: Any) -> list[float]:
         # Augmentation randomness per epoch: a resumed run sees the epochs it has not seen.
         tf.random.set_seed(self.cfg.seed * 100_003 + self.epoch)
-        interval = Interval()  # the epoch's first logged step counts its pipeline start-up
+        # the epoch's first logged step counts its pipeline start-up
+        interval = Interval(joules=self.power.joules if self.power is not None else None)
         batches = self._batches(self.epoch)
         losses: list[float] = []
         for i in range(self.job.steps_per_epoch):
@@ -368,24 +384,24 @@ class TFTrainer:
                     raise FloatingPointError(f"loss is {value} at step {step}")
                 losses.append(value)
                 elapsed = time.perf_counter() - started
-                lr = self._learning_rate()
-                batch = self.job.batch_size
-                profiled = self.profiler.profiled(step)
+            # A cycle's last step stops and exports the profile here: seconds that belong to
+            # this profiled step's row (its wall_ms), not to the next, measured one.
+            self.profiler.end_step(step)
+            if value is not None:
                 writer.writerow(
                     log_row(
                         self.epoch,
                         step,
                         value,
-                        lr,
-                        batch,
+                        self._learning_rate(),
+                        self.job.batch_size,
                         waited,
                         elapsed,
                         interval=interval,
-                        profiled=profiled,
+                        profiled=self.profiler.profiled(step),
                     )
                 )
                 log_file.flush()  # a killed job leaves its log up to the last step it ran
-            self.profiler.end_step(step)
         return losses
 
     @contextlib.contextmanager
@@ -466,8 +482,9 @@ class _Profiler:
             yield
 
     def end_step(self, step: int) -> None:
-        """After the step is timed and logged: the cycle's last step stops and exports it
-        (seconds of conversion that must not count as step time)."""
+        """After the step is timed, before its row is logged: the cycle's last step stops and
+        exports it (seconds of conversion in that profiled step's wall time, not its step
+        time, nor the next step's)."""
         position = (step - 1) % (self.skip + self.active)
         if self.running is not None and position == self.skip + self.active - 1:
             self._stop(step)

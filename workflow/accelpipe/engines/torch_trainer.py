@@ -35,9 +35,17 @@ from torch.nn.parallel import DistributedDataParallel
 from accelpipe import distributed, optim
 from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import torch_device, torch_gemm
+from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.torch_device import Device
 from accelpipe.distributed import DistContext
-from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, run_facts, torch_flops
+from accelpipe.engines import (
+    ENGINES,
+    MEMORY_SNAPSHOT,
+    power_facts,
+    power_meter,
+    run_facts,
+    torch_flops,
+)
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
     SECTIONS,
@@ -101,7 +109,9 @@ def run_training(
 
     `cfg` is the train stage's slice (backend, train, profile, ...). Writes model.pt (the
     bare model's weights plus `job.checkpoint`) on rank 0 and returns the run facts there;
-    the other ranks of a multi-process run return None.
+    the other ranks of a multi-process run return None. Rank 0 meters the energy of the
+    devices from here to the end of training (engines.power_meter): per logged step in
+    train_log.csv, in all in the facts' `power`.
     """
     train_cfg = view(TrainConfig, cfg["train"])
     device = torch_device.resolve(
@@ -113,31 +123,36 @@ def run_training(
     )
     ctx = distributed.init_from_env(device)
     try:
-        distributed.check_global_batch(train_cfg.batch_size, ctx.world_size)
-        seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
-        job = make_job(train_cfg, device, ctx)
-        profile = ProfileConfig.from_slice(cfg.get("profile", {}))
-        trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx)
-        resumed_from = trainer.step if trainer.resume() else None
-        # the ceiling the run's FLOP rate is set against: this device, this precision
-        gemm = torch_gemm.measure_gemm_tflops(device).as_dict()
-        gemm["tf32_switches"] = torch_gemm.tf32_switches(device.backend)
-        trainer.fit()
-        if not ctx.is_main:
-            return None
-        weights = {"state_dict": trainer.model.state_dict(), **job.checkpoint}
-        torch.save(weights, work_dir / MODEL_FILE)
-        return run_facts(
-            device,
-            compiled=train_cfg.compile,
-            steps=trainer.step,
-            resumed_from=resumed_from,
-            world_size=ctx.world_size,
-            global_batch=train_cfg.batch_size,
-            job_facts=job.facts,
-            flops=trainer.flops,
-            gemm=gemm,
-        )
+        with power_meter(cfg["backend"], writes_log=ctx.is_main) as meter:
+            distributed.check_global_batch(train_cfg.batch_size, ctx.world_size)
+            seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
+            job = make_job(train_cfg, device, ctx)
+            profile = ProfileConfig.from_slice(cfg.get("profile", {}))
+            trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx, power=meter)
+            resumed_from = trainer.step if trainer.resume() else None
+            # the ceiling the run's FLOP rate is set against: this device, this precision
+            gemm = torch_gemm.measure_gemm_tflops(device).as_dict()
+            gemm["tf32_switches"] = torch_gemm.tf32_switches(device.backend)
+            trainer.fit()
+            if not ctx.is_main:
+                return None
+            weights = {"state_dict": trainer.model.state_dict(), **job.checkpoint}
+            torch.save(weights, work_dir / MODEL_FILE)
+            energy = power_facts(
+                meter, backend=device.backend, world_size=ctx.world_size, nodes=train_cfg.nodes
+            )
+            return run_facts(
+                device,
+                compiled=train_cfg.compile,
+                steps=trainer.step,
+                resumed_from=resumed_from,
+                world_size=ctx.world_size,
+                global_batch=train_cfg.batch_size,
+                job_facts=job.facts,
+                flops=trainer.flops,
+                gemm=gemm,
+                power=energy,
+            )
     finally:
         ctx.destroy()
 
@@ -177,6 +192,7 @@ class Trainer:
 
     `model` is the bare model (what checkpoints and callers see); `replica` is what runs the
     steps: the DDP wrapper around `model` when `dist` has several processes, else `model`.
+    `power`: the meter whose running joules each log row's `energy_j` takes (none: empty).
     """
 
     def __init__(
@@ -187,8 +203,10 @@ class Trainer:
         profile: ProfileConfig,
         work_dir: Path,
         dist: DistContext | None = None,
+        power: PowerMeter | NoPower | None = None,
     ) -> None:
         self.job, self.device, self.cfg, self.profile = job, device, cfg, profile
+        self.power = power
         self.dist = dist if dist is not None else DistContext()
         self.work_dir = work_dir
         self.trace_dir = work_dir / "traces"
@@ -301,7 +319,8 @@ class Trainer:
         """
         self.replica.train()
         world = self.dist.world_size
-        interval = Interval()  # the epoch's first logged step counts its loader start-up
+        # the epoch's first logged step counts its loader start-up
+        interval = Interval(joules=self.power.joules if self.power is not None else None)
         batches = iter(self.job.batches(self.epoch))
         losses: list[float] = []
         samples = 0
@@ -317,34 +336,35 @@ class Trainer:
             self.step += 1
             samples += image.shape[0] * world
             interval.add(image.shape[0] * world)
-            if self.step % self.cfg.log_every == 0:
+            logged = self.step % self.cfg.log_every == 0
+            if logged:
                 # Every rank takes part (a collective) and so every rank sees the same value:
                 # a non-finite loss stops all of them together. Syncs: only on logged steps.
                 loss_value = self.dist.all_reduce_mean(loss).item()
                 if not math.isfinite(loss_value):
                     raise FloatingPointError(f"loss is {loss_value} at step {self.step}")
                 losses.append(loss_value)
-                if writer is not None:
-                    elapsed = time.perf_counter() - started
-                    lr = self.scheduler.get_last_lr()[0]
-                    batch = image.shape[0] * world
-                    # The action of this step: prof.step() below moves it to the next.
-                    profiled = prof is not None and prof.current_action in PROFILING
-                    writer.writerow(
-                        log_row(
-                            self.epoch,
-                            self.step,
-                            loss_value,
-                            lr,
-                            batch,
-                            waited,
-                            elapsed,
-                            interval=interval,
-                            profiled=profiled,
-                        )
-                    )
+                elapsed = time.perf_counter() - started
+            # The action of this step, before prof.step() moves it to the next; a cycle's last
+            # step exports its trace in prof.step(): seconds that belong to this profiled
+            # step's row (its wall_ms), not to the next, measured one.
+            profiled = prof is not None and prof.current_action in PROFILING
             if prof is not None:
                 prof.step()
+            if logged and writer is not None:
+                writer.writerow(
+                    log_row(
+                        self.epoch,
+                        self.step,
+                        loss_value,
+                        self.scheduler.get_last_lr()[0],
+                        image.shape[0] * world,
+                        waited,
+                        elapsed,
+                        interval=interval,
+                        profiled=profiled,
+                    )
+                )
         return (sum(losses) / len(losses) if losses else float("nan")), samples
 
     def _counted_step(self, image: torch.Tensor, label: torch.Tensor) -> torch.Tensor:

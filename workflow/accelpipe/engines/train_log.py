@@ -20,6 +20,8 @@ LOG_FILE = "train_log.csv"
 # step of the epoch (or the epoch's start), so that data wait, logging and unlogged steps are
 # in the throughput (performance.step_statistics); `samples_per_s` and `step_ms` are the
 # logged step's own (its data wait included), for the per-step distribution.
+# `energy_j`: the joules the run's devices used over the same wall time (the train process's
+# power meter, accelpipe.devices.power), empty where there is no power source.
 # `attempt`: 0 for the rows of the job's first start, n for those its n-th resume logged.
 # A resumed process traces, compiles and fills its caches again, so the statistics leave out
 # the warm-up steps of every attempt (performance.step_statistics).
@@ -34,6 +36,7 @@ LOG_FIELDS = (
     "profiled",
     "samples",
     "wall_ms",
+    "energy_j",
     "attempt",
 )
 # The columns TensorBoard shows too, as train/<column>.
@@ -112,9 +115,9 @@ def log_row(
     profiled: bool,
 ) -> dict[str, str]:
     """One train_log.csv row: the step's own `batch` samples, data wait and time, and the
-    samples and wall time since the previous logged step (`interval`); times in seconds,
-    written in ms."""
-    samples, wall = interval.take()
+    samples, wall time and energy since the previous logged step (`interval`); times in
+    seconds, written in ms; energy in joules, empty where none is measured."""
+    samples, wall, energy = interval.take()
     return {
         "epoch": str(epoch),
         "step": str(step),
@@ -126,26 +129,39 @@ def log_row(
         "profiled": "1" if profiled else "0",
         "samples": str(samples),
         "wall_ms": f"{wall * 1e3:.3f}",
+        "energy_j": "" if energy is None else f"{energy:.6f}",
     }
 
 
 class Interval:
-    """Samples and wall time since the previous logged step of an epoch (or its start): what
-    a row's `samples` and `wall_ms` count. Start one when the epoch's loop starts."""
+    """Samples, wall time and energy since the previous logged step of an epoch (or its
+    start): what a row's `samples`, `wall_ms` and `energy_j` count. Start one when the
+    epoch's loop starts. `joules`: the power meter's joules so far (PowerMeter.joules: a
+    running total, None where nothing is measured); without one, no energy."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.perf_counter,
+        joules: Callable[[], float | None] | None = None,
+    ) -> None:
         self.clock = clock
+        self.joules = joules
         self.started = clock()
+        self.joules_at = joules() if joules is not None else None
         self.samples = 0
 
     def add(self, samples: int) -> None:
         self.samples += samples
 
-    def take(self) -> tuple[int, float]:
-        """The samples and seconds since the last take, and a new interval from now."""
+    def take(self) -> tuple[int, float, float | None]:
+        """The samples, seconds and joules (None: not measured) since the last take, and a
+        new interval from now."""
         now = self.clock()
-        taken = self.samples, now - self.started
-        self.started, self.samples = now, 0
+        joules = self.joules() if self.joules is not None else None
+        before = self.joules_at
+        energy = joules - before if joules is not None and before is not None else None
+        taken = self.samples, now - self.started, energy
+        self.started, self.samples, self.joules_at = now, 0, joules
         return taken
 
 
