@@ -39,4 +39,13 @@ def check_headline(run: Path, warmup_steps: int) -> dict:
     assert stage["samples_per_s"] == pytest.approx(stage["samples"] / stage["seconds"], rel=1e-3)
     # the whole stage (start-up, profiler, checkpoints) is never faster than its steady steps
     assert stage["samples_per_s"] < throughput["samples_per_s"]
+    # FLOPs counted by the framework, the rate they give, the measured ceiling and its
+    # fraction on every run; MFU has no peak on the cpu and says so
+    compute = performance["compute"]
+    assert compute["flops_per_sample"] > 0 and compute["flops_counted_by"]
+    assert compute["model_tflops"] == pytest.approx(
+        compute["flops_per_sample"] * throughput["samples_per_s"] / 1e12, rel=1e-3
+    )
+    assert compute["gemm_tflops_per_device"] > 0 and compute["gemm_fraction"] > 0
+    assert compute["mfu"] is None and compute["peak_note"] == "cpu: no published dense peak"
     return performance
