@@ -23,7 +23,6 @@ include: "rules/trace.smk"
 include: "rules/publish.smk"
 include: "rules/benchmark.smk"
 include: "rules/compare.smk"
-include: "rules/runtime.smk"
 
 
 rule all:

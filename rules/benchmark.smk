@@ -1,6 +1,5 @@
 rule benchmark_row:
     input:
-        runtime=runtime_file,
         data=prepared_dir,
     output:
         directory("work/{workload}/benchmark/{row}"),
@@ -19,18 +18,19 @@ rule benchmark_row:
         mem_mb=8000,
         runtime=600,
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("train"),
         cfg=benchmark_row_config,
         run=benchmark_run,
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} --accel {resources.accel}"
+        "accelpipe --log {log} --framework {params.framework} --accel {resources.accel}"
         " train --workload {wildcards.workload} --run {params.run} --prepared {input.data} --config-json {params.cfg:q}"
         " --out {output} --threads {threads}"
 
 
 rule benchmark:
     input:
-        runtime=runtime_file,
         rows=benchmark_rows,
     output:
         report(
@@ -47,8 +47,10 @@ rule benchmark:
     container:
         container_image
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("benchmark"),
         cfg=benchmark_config,
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} benchmark --workload {wildcards.workload} --rows {input.rows}"
+        "accelpipe --log {log} --framework {params.framework} benchmark --workload {wildcards.workload} --rows {input.rows}"
         " --config-json {params.cfg:q} --out {output}"

@@ -16,6 +16,7 @@ from accelpipe.compare.runs import finished_runs, run_files
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
 from accelpipe.errors import AccelpipeError, ConfigError
+from accelpipe.runtime import RUNTIME_ENV
 from accelpipe.stages import entry_modules
 
 try:
@@ -66,7 +67,6 @@ os.environ["PATH"] = os.pathsep.join(
 wildcard_constraints:
     workload="[a-z0-9]+",
     dataset="[a-z0-9]+",
-    framework="|".join(registry.FRAMEWORKS),
     variant="[a-z0-9]+",
     run="(?!(cv|grid|benchmark|compare)$)[A-Za-z0-9_-]+",
     row="(auto|bf16|fp16|fp32)-b[1-9][0-9]*",
@@ -97,23 +97,8 @@ def container_image(wildcards):
     return f"docker://{IMAGES[framework(wildcards)]}"
 
 
-def runtime_file(wildcards):
-    """Where the job's stage runs (local, or docker with its image): the file the
-    `stage_runtime` rule writes for the job's framework, passed to `accelpipe --runtime`.
-    """
-    return f"work/runtime/{framework(wildcards)}.json"
-
-
-def data_runtime_file(wildcards):
-    """The data stages read where they run but their outputs do not depend on it: ancient,
-    so a new backend, runtime or image never re-makes the data (hours on ImageNet or COCO).
-    """
-    return ancient(runtime_file(wildcards))
-
-
-def stage_runtime_config(wildcards):
-    """stage_runtime's params: the runtime settings for one framework (a change re-writes
-    the runtime file, which re-runs the stages keyed on it: not the data stages)."""
+def runtime_settings(framework):
+    """How `accelpipe` runs a framework's stages: here, or in its image (runtime docker)."""
     runtime = {
         "runtime": "docker" if RUNTIME == "docker" else "local",
         "backend": config["backend"],
@@ -122,13 +107,29 @@ def stage_runtime_config(wildcards):
     if RUNTIME == "docker":
         c = config["containers"]
         runtime |= {
-            "image": IMAGES[wildcards.framework],
+            "image": IMAGES[framework],
             "mounts": host_paths(),
             "env": c["env"],
             "docker_host": c["docker_host"],
             "build": {"base_image": c["base_image"], "offline": c["offline"]},
         }
-    return as_json(runtime)
+    return runtime
+
+
+# Where the stages run travels in the environment every job inherits (accelpipe.runtime),
+# not in params or inputs: it is not what a stage makes, so a new backend, runtime or pool
+# never re-makes the data. Stages whose results depend on the device carry the backend in
+# their config slice and the image in `image_key`.
+os.environ[RUNTIME_ENV] = json.dumps(
+    {f: runtime_settings(f) for f in registry.FRAMEWORKS}
+)
+os.environ[f"APPTAINERENV_{RUNTIME_ENV}"] = os.environ[RUNTIME_ENV]
+
+
+def image_key(wildcards):
+    """Params of the stages after the data: the image they run in (docker or apptainer),
+    so a rebuilt image re-runs them; "local" where they run in this environment."""
+    return IMAGES.get(framework(wildcards), "local")
 
 
 def checked(check, *args):

@@ -1,6 +1,4 @@
 rule raw_dataset:
-    input:
-        runtime=data_runtime_file,
     output:
         directory(f"{DATA}/raw/{{dataset}}"),
     log:
@@ -11,17 +9,17 @@ rule raw_dataset:
     container:
         container_image
     params:
+        framework=framework,
         code=code_for("raw"),
         cfg=raw_config,
         downloads=f"{DATA}/downloads/{{dataset}}",
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
+        "accelpipe --log {log} --framework {params.framework} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
         " --out {output} --downloads {params.downloads}"
 
 
 rule prepare_dataset:
     input:
-        runtime=data_runtime_file,
         raw=f"{DATA}/raw/{{dataset}}",
     output:
         directory(f"{DATA}/prepared/{{dataset}}/{{variant}}"),
@@ -34,9 +32,10 @@ rule prepare_dataset:
         container_image
     threads: 4
     params:
+        framework=framework,
         code=code_for("prepare"),
         cfg=prepare_config,
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
+        "accelpipe --log {log} --framework {params.framework} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
         " --raw {input.raw} --config-json {params.cfg:q} --out {output}"
         " --workers {threads}"

@@ -1,6 +1,5 @@
 rule evaluate:
     input:
-        runtime=runtime_file,
         data=prepared_dir,
         model="work/{workload}/{run}/train",
     output:
@@ -16,9 +15,11 @@ rule evaluate:
         accel=evaluate_accelerators,
         gpu=evaluate_gpus,
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("evaluate"),
         cfg=evaluate_config,
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} --accel {resources.accel} evaluate --workload {wildcards.workload}"
+        "accelpipe --log {log} --framework {params.framework} --accel {resources.accel} evaluate --workload {wildcards.workload}"
         " --run {wildcards.run} --prepared {input.data} --model {input.model}"
         " --config-json {params.cfg:q} --out {output} --threads {threads}"

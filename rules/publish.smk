@@ -1,6 +1,5 @@
 rule publish_run:
     input:
-        runtime=runtime_file,
         raw=raw_dir,
         data=prepared_dir,
         model="work/{workload}/{run}/train",
@@ -21,17 +20,18 @@ rule publish_run:
     container:
         container_image
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("publish"),
         cfg=publish_config,
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} publish --workload {wildcards.workload} --raw {input.raw} --prepared {input.data} --model {input.model}"
+        "accelpipe --log {log} --framework {params.framework} publish --workload {wildcards.workload} --raw {input.raw} --prepared {input.data} --model {input.model}"
         " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
         " --out {output}"
 
 
 rule cross_validation:
     input:
-        runtime=runtime_file,
         runs=fold_results,
     output:
         report(
@@ -48,14 +48,15 @@ rule cross_validation:
     container:
         container_image
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("aggregate"),
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} aggregate --runs {input.runs} --out {output}"
+        "accelpipe --log {log} --framework {params.framework} aggregate --runs {input.runs} --out {output}"
 
 
 rule grid:
     input:
-        runtime=runtime_file,
         runs=grid_results,
     output:
         report(
@@ -72,8 +73,10 @@ rule grid:
     container:
         container_image
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("grid"),
         cfg=grid_config,
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} grid --workload {wildcards.workload} --runs {input.runs}"
+        "accelpipe --log {log} --framework {params.framework} grid --workload {wildcards.workload} --runs {input.runs}"
         " --config-json {params.cfg:q} --out {output}"

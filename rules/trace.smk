@@ -1,6 +1,5 @@
 rule summarize_trace:
     input:
-        runtime=runtime_file,
         train="work/{workload}/{run}/train",
     output:
         directory("work/{workload}/{run}/trace"),
@@ -11,6 +10,8 @@ rule summarize_trace:
     container:
         container_image
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("summarize-trace"),
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} summarize-trace --traces {input.train}/traces --out {output}"
+        "accelpipe --log {log} --framework {params.framework} summarize-trace --traces {input.train}/traces --out {output}"

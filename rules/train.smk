@@ -1,6 +1,5 @@
 rule train:
     input:
-        runtime=runtime_file,
         data=prepared_dir,
     output:
         directory("work/{workload}/{run}/train"),
@@ -19,9 +18,11 @@ rule train:
         mem_mb=8000,
         runtime=600,
     params:
+        framework=framework,
+        image=image_key,
         code=code_for("train"),
         cfg=train_config,
     shell:
-        "accelpipe --log {log} --runtime {input.runtime} --accel {resources.accel}"
+        "accelpipe --log {log} --framework {params.framework} --accel {resources.accel}"
         " train --workload {wildcards.workload} --run {wildcards.run} --prepared {input.data} --config-json {params.cfg:q}"
         " --out {output} --threads {threads}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe.cli import main
+from accelpipe.runtime import RUNTIME_ENV
 
 
 def _raw(tmp_path: Path, cfg: str, *, dataset: str = "brats", out: str = "raw") -> list[str]:
@@ -84,9 +85,9 @@ def test_accel_leases_devices_sets_visibility_and_releases(
             pass  # "7" is held by this stage's lease: only "9" is free
 
     monkeypatch.setattr("accelpipe.stages.data.run_raw", fake_stage)
-    runtime = tmp_path / "runtime.json"
-    runtime.write_text(json.dumps({"runtime": "local", "backend": "cuda", "pool": ["7", "9"]}))
-    code = main(["--runtime", str(runtime), "--accel", "1", *_raw(tmp_path, "{}", out="r")])
+    runtime = {"runtime": "local", "backend": "cuda", "pool": ["7", "9"]}
+    monkeypatch.setenv(RUNTIME_ENV, json.dumps({"pytorch": runtime}))
+    code = main(["--framework", "pytorch", "--accel", "1", *_raw(tmp_path, "{}", out="r")])
     assert code == 0
     assert seen["visible"] == "7"
     with leases.lease(2, ["7", "9"], tmp_path / "locks", on_wait=_no_wait) as devices:
@@ -111,7 +112,6 @@ def _stage_argv(stage: str, tmp_path: Path, cfg: str) -> list[str]:
         "grid": ["--workload", "segmenter", "--runs", p],
         "benchmark": ["--workload", "ssd", "--rows", p],
         "compare": ["--runs", p],
-        "runtime": ["--framework", "tensorflow"],
     }[stage]
     return [stage, *argv, "--config-json", cfg, "--out", str(tmp_path / "out")]
 
@@ -128,7 +128,6 @@ def _stage_argv(stage: str, tmp_path: Path, cfg: str) -> list[str]:
         ("grid", '{"keys": "model.encoder"}', "config key 'keys': 'model.encoder' is not of"),
         ("benchmark", '{"warmup_steps": -1}', "config key 'warmup_steps': -1 is less than"),
         ("compare", '{"cost": {"per_hour": {"tpu": 1}}}', "unknown config key 'cost.per_hour.tpu'"),
-        ("runtime", '{"backend": "cpu"}', "missing keys 'pool', 'runtime' (the slice's"),
     ],
 )
 def test_a_bad_config_json_of_any_stage_is_one_line_naming_the_key(

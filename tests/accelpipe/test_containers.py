@@ -141,8 +141,8 @@ def test_stage_argv_drops_the_global_options() -> None:
     argv = [
         "--log",
         "logs/train.log",
-        "--runtime",
-        "work/runtime/pytorch.json",
+        "--framework",
+        "pytorch",
         "--accel",
         "1",
         "train",

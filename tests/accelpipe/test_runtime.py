@@ -1,44 +1,57 @@
-"""The runtime file every stage reads through `--runtime`: read back, and refused with one
-line naming it when it is not one."""
+"""Where a stage runs: the runtime settings the workflow puts in $ACCELPIPE_RUNTIME, read
+back per framework, and refused with one line naming the variable and key."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from accelpipe.errors import ConfigError
-from accelpipe.runtime import read_runtime
+from accelpipe.runtime import RUNTIME_ENV, read_runtime
+
+DOCKER = {
+    "runtime": "docker",
+    "backend": "cuda",
+    "pool": ["0", "1"],
+    "image": "localhost/accelpipe/cuda-pytorch:abc",
+    "mounts": ["/data"],
+    "env": [],
+    "docker_host": None,
+    "build": {"base_image": None, "offline": False},
+}
 
 
-def test_no_file_means_here_on_the_cpu() -> None:
+def test_no_setting_or_no_framework_means_here_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(RUNTIME_ENV, raising=False)
+    assert read_runtime("pytorch") == {"runtime": "local", "backend": "cpu"}
+    monkeypatch.setenv(RUNTIME_ENV, json.dumps({"pytorch": DOCKER}))
     assert read_runtime(None) == {"runtime": "local", "backend": "cpu"}
 
 
-def test_a_runtime_file_is_read_as_written(tmp_path: Path) -> None:
-    settings = {"runtime": "docker", "backend": "cuda", "image": "localhost/accelpipe/x:1"}
-    path = tmp_path / "pytorch.json"
-    path.write_text(json.dumps(settings))
-    assert read_runtime(path) == settings
+def test_each_framework_reads_its_own_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    local = {"runtime": "local", "backend": "cpu", "pool": None}
+    monkeypatch.setenv(RUNTIME_ENV, json.dumps({"pytorch": DOCKER, "tensorflow": local}))
+    assert read_runtime("pytorch") == DOCKER
+    assert read_runtime("tensorflow") == local
 
 
 @pytest.mark.parametrize(
-    ("text", "says"),
+    ("value", "says"),
     [
-        (None, "cannot read the runtime file"),
-        ("{", "not JSON"),
-        ("[]", "not a runtime file"),
-        ('{"runtime": "slurm"}', "must be one of local, docker"),
-        ('{"runtime": "docker"}', "names no `image`"),
+        ("{", "is not JSON"),
+        ("[]", "has no runtime for the pytorch stages"),
+        ('{"tensorflow": {}}', "has no runtime for the pytorch stages"),
+        ('{"pytorch": {"runtime": "slurm", "backend": "cpu", "pool": null}}', "pytorch.runtime"),
+        ('{"pytorch": {"runtime": "docker", "backend": "cpu", "pool": null}}', "'build'"),
     ],
 )
-def test_a_bad_runtime_file_is_one_error_naming_it(
-    tmp_path: Path, text: str | None, says: str
+def test_a_bad_setting_is_one_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str, says: str
 ) -> None:
-    path = tmp_path / "pytorch.json"
-    if text is not None:
-        path.write_text(text)
+    monkeypatch.setenv(RUNTIME_ENV, value)
     with pytest.raises(ConfigError, match=says) as err:
-        read_runtime(path)
-    assert str(err.value).startswith(str(path))
+        read_runtime("pytorch")
+    assert str(err.value).startswith(f"${RUNTIME_ENV}")

@@ -121,10 +121,6 @@ def _every_slice(config: dict):
         if config[workload].get("grid"):
             yield "grid", names, {"keys": sorted(config[workload]["grid"])}
     yield "compare", {}, {"cost": config["cost"]}
-    yield "runtime", {}, {"runtime": "local", "backend": "cpu", "pool": None}
-    docker = {"image": "localhost/accelpipe/cpu-pytorch:abc", "mounts": ["/data"], "env": []}
-    build = {"build": {"base_image": None, "offline": False}, "docker_host": None}
-    yield "runtime", {}, {"runtime": "docker", "backend": "cuda", "pool": ["0"], **docker, **build}
 
 
 @pytest.mark.parametrize("which", ["defaults", "config.yaml", ".test/config.yaml"])
@@ -136,7 +132,7 @@ def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
         node = slice_schema(stage, **names)
         assert validate_slice(value, node, stage) == value, (stage, names)
         seen.add(stage)
-    stages = {"raw", "prepare", "train", "evaluate", "publish", "benchmark", "compare", "runtime"}
+    stages = {"raw", "prepare", "train", "evaluate", "publish", "benchmark", "compare"}
     assert seen == stages | ({"grid"} if which != "defaults" else set())
 
 
@@ -153,8 +149,6 @@ def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
         ("benchmark", {"workload": "ssd"}, {}, "missing key 'warmup_steps'"),
         ("grid", {"workload": "segmenter"}, {}, "missing key 'keys'"),
         ("compare", {}, {}, "missing key 'cost'"),
-        ("runtime", {}, {"runtime": "docker", "backend": "cpu", "pool": None},
-         "missing keys 'build', 'docker_host', 'env', 'image', 'mounts'"),
         ("train", {"workload": "ssd"}, {"backend": "cpu", "model": {}, "profile": {},
          "train": {"lrr": 1}}, "unknown config key 'train.lrr'"),
         ("train", {"workload": "ssd"}, {"backend": "tpu", "model": {}, "profile": {},

@@ -198,7 +198,7 @@ def planned_resources(project: Project, name: str) -> dict[str, dict[str, str]]:
 @per_profile
 def test_workflow_dry_runs_through_the_profile(project: Project, name: str) -> None:
     planned = planned_resources(project, name)
-    assert set(planned) == {"stage_runtime", "raw_dataset", "prepare_dataset", "train", "evaluate"}
+    assert set(planned) == {"raw_dataset", "prepare_dataset", "train", "evaluate"}
     backend = name.removeprefix("slurm-") if name.removeprefix("slurm-") in ACCELERATORS else None
     for rule, resources in planned.items():
         # a gpu resource of 0 makes no --gpus flag (the plugin skips falsy values)

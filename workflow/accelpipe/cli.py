@@ -48,10 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelpipe", description=__doc__.splitlines()[0])
     parser.add_argument("--log", help="log file (the rule's log); errors also go to stderr")
     parser.add_argument(
-        "--runtime",
+        "--framework",
         default=None,
-        help="where the stage runs: a file the stage_runtime rule writes (work/runtime/"
-        "<framework>.json: local, or docker with its image); absent: here",
+        help="the framework whose runtime in $ACCELPIPE_RUNTIME runs the stage (local, or "
+        "docker with its image); set by the rules; absent: here",
     )
     parser.add_argument("--accel", type=int, default=0, help="accelerators to lease for the stage")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="<stage>")
@@ -144,14 +144,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--offline", action="store_true", help="pip --no-index: docker/wheelhouse only"
     )
     images.add_argument("--docker-host", default=None, help="Engine API URL (default DOCKER_HOST)")
-    _add(
-        sub,
-        "runtime",
-        "write where a framework's stages run (building its image for runtime docker)",
-        ("--framework", "pytorch or tensorflow"),
-        cfg,
-        ("--out", "runtime file, read by the stages' --runtime"),
-    )
     return parser
 
 
@@ -215,7 +207,7 @@ def check_config_json(args: argparse.Namespace) -> None:
 
 def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     """Lease accelerators, then run the stage here or in its container."""
-    runtime = read_runtime(args.runtime)
+    runtime = read_runtime(args.framework)
     backend = runtime.get("backend", "cpu")
     # Inside a Slurm job the scheduler already allocated the devices (gres/gpus) and set
     # the visibility variables: leasing again from a node-wide pool would fight it.
@@ -229,6 +221,15 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
             handler_for(args.stage)(args)
             return 0
         engine = containers.client(runtime.get("docker_host"))
+        build = runtime.get("build") or {}
+        containers.build_once(
+            containers.spec_for(backend, args.framework),
+            runtime["image"],
+            engine,
+            leases.default_lock_dir(),
+            base_image=build.get("base_image"),
+            pip_extra_args="--no-index" if build.get("offline") else "",
+        )
         return containers.run(
             engine,
             runtime["image"],

@@ -269,9 +269,9 @@ def _run_stage_schema(stage: str, workload: str) -> dict[str, Any]:
     )
 
 
-def _runtime_schema() -> dict[str, Any]:
-    """What rules/common.smk's stage_runtime_config passes: no defaults, the docker keys
-    only (and all of them) for runtime docker."""
+def runtime_schema() -> dict[str, Any]:
+    """One framework's entry of $ACCELPIPE_RUNTIME (rules/common.smk, accelpipe.runtime): no
+    defaults, the docker keys only (and all of them) for runtime docker."""
     root, containers = schema()["properties"], _block("containers")
     docker = {
         "image": {"type": "string", "minLength": 1},
@@ -318,8 +318,6 @@ def slice_schema(
         return _sections({"warmup_steps": benchmark["warmup_steps"]})
     if stage == "compare":
         return _sections({"cost": root["cost"]})
-    if stage == "runtime":
-        return _runtime_schema()
     return None
 
 

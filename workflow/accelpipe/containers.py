@@ -11,6 +11,7 @@ changed software environment), and to no other.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -194,6 +195,15 @@ def build(
             )
     engine.images.get(ref)  # the build really produced it
     return ref
+
+
+def build_once(spec: ImageSpec, ref: str, engine: Any, lock_dir: Path, **options: Any) -> str:
+    """`build`, by one job at a time: the first stage of a DAG that needs the image builds
+    it, the others wait on the lock and find it built."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with (lock_dir / f"image-{image_slug(ref)}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build(spec, ref, engine, **options)
 
 
 # -- running a stage ------------------------------------------------------------------------

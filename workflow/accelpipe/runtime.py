@@ -1,38 +1,44 @@
-"""Where a stage runs: the runtime file the `stage_runtime` rule writes for each framework.
+"""Where a stage runs: the runtime settings the workflow puts in ACCELPIPE_RUNTIME.
 
-Every rule passes `--runtime work/runtime/<framework>.json`: local (this environment), or
-docker with the framework's image, the backend, the accelerator pool, mounts and the
-variables a container may see. It is a file, not a rule param, so that the data stages
-can read it without being keyed on it (their outputs do not depend on where they run).
+The Snakefile (rules/common.smk) writes, per framework, local (this environment) or docker
+with the framework's image, the backend, the accelerator pool, mounts and the variables a
+container may see, as JSON in the environment every job inherits (Slurm jobs re-read the
+Snakefile and set it again). It is not a rule input or param: where a stage runs is not what
+it makes, so switching backend, runtime or pool never re-makes the data. The stages whose
+results depend on the device carry the backend (and the image) in their own params.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 from typing import Any
 
+import jsonschema
+
+from accelpipe.config import runtime_schema
 from accelpipe.errors import ConfigError
 
-RUNTIMES = ("local", "docker")
+RUNTIME_ENV = "ACCELPIPE_RUNTIME"
 LOCAL: dict[str, Any] = {"runtime": "local", "backend": "cpu"}
-REMAKE = "re-make it with `snakemake --forcerun stage_runtime <target>`"
 
 
-def read_runtime(path: str | Path | None) -> dict[str, Any]:
-    """The runtime file at `path` (None: run here, on the cpu); a bad file is one error."""
-    if path is None:
+def read_runtime(framework: str | None) -> dict[str, Any]:
+    """The settings for `framework`'s stages from ACCELPIPE_RUNTIME (unset, or no framework:
+    run here, on the cpu), checked against config.runtime_schema; a bad value is one error
+    naming the variable and the key."""
+    text = os.environ.get(RUNTIME_ENV, "").strip()
+    if not text or framework is None:
         return dict(LOCAL)
     try:
-        value = json.loads(Path(path).read_text())
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the runtime file ({err.strerror})") from None
+        settings = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: the runtime file is not JSON ({err.msg}); {REMAKE}") from None
-    if not isinstance(value, dict) or value.get("runtime") not in RUNTIMES:
-        raise ConfigError(
-            f"{path}: not a runtime file (`runtime` must be one of {', '.join(RUNTIMES)}); {REMAKE}"
-        )
-    if value["runtime"] == "docker" and not value.get("image"):
-        raise ConfigError(f"{path}: runtime docker names no `image`; {REMAKE}")
-    return value
+        raise ConfigError(f"${RUNTIME_ENV} is not JSON ({err.msg})") from None
+    if not isinstance(settings, dict) or framework not in settings:
+        raise ConfigError(f"${RUNTIME_ENV} has no runtime for the {framework} stages")
+    validator = jsonschema.Draft7Validator(runtime_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(settings[framework]))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "<entry>"
+        raise ConfigError(f"${RUNTIME_ENV}: {framework}.{where}: {error.message}")
+    return settings[framework]

@@ -23,7 +23,6 @@ MODULES = {
     "benchmark": "accelpipe.stages.publish",
     "compare": "accelpipe.stages.compare",
     "images": "accelpipe.stages.images",
-    "runtime": "accelpipe.stages.images",
 }
 # stages that call into one dataset's or one workload's module by name
 _PLUGINS = {

@@ -1,14 +1,12 @@
-"""`images tag` prints a backend's image reference; `images build` builds it (Engine API);
-`runtime` writes where a framework's stages run, building its image for runtime docker."""
+"""`images tag` prints a backend's image reference; `images build` builds it (Engine API).
+Under runtime docker the stages build their image themselves on first use
+(containers.build_once): this command is for building or pushing ahead of a run."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from accelpipe import containers
-from accelpipe.config import load_slice
-from accelpipe.io import write_json
 
 
 def run_images(args: argparse.Namespace) -> None:
@@ -18,17 +16,6 @@ def run_images(args: argparse.Namespace) -> None:
         print(ref)
         return
     _build(spec, ref, args.docker_host, args.base_image, args.offline)
-
-
-def run_runtime(args: argparse.Namespace) -> None:
-    settings = load_slice(args.config_json)
-    build = settings.pop("build", None)
-    if settings["runtime"] == "docker":
-        spec = containers.spec_for(settings["backend"], args.framework)
-        _build(
-            spec, settings["image"], settings["docker_host"], build["base_image"], build["offline"]
-        )
-    write_json(Path(args.out), settings)
 
 
 def _build(
