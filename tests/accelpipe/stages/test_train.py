@@ -22,7 +22,7 @@ def test_worker_argv_is_the_train_stage_without_global_options() -> None:
     worker = train.worker_argv(args)
     assert worker == stage
     again = vars(parser.parse_args(worker))
-    for name in ("log", "accel", "runtime"):  # the launching process keeps these
+    for name in ("log", "accel", "framework"):  # the launching process keeps these
         again.pop(name), vars(args).pop(name)
     assert again == vars(args)
 

@@ -42,8 +42,8 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
     """The train stage's own arguments, as the launched processes get them.
 
     Global options stay with the launching process: it holds the accelerator lease (--accel)
-    and the log (--log), and the workers run where it runs (--runtime). Keep in step with the
-    train parser in `cli.build_parser`.
+    and the log (--log), and the workers run where it runs (--framework picks the runtime).
+    Keep in step with the train parser in `cli.build_parser`.
     """
     return [
         "train",
