@@ -37,8 +37,9 @@ def check_headline(run: Path, warmup_steps: int) -> dict:
     assert throughput["samples"] == samples
     stage = performance["stage_throughput"]
     assert stage["samples_per_s"] == pytest.approx(stage["samples"] / stage["seconds"], rel=1e-3)
-    # the whole stage (start-up, profiler, checkpoints) is never faster than its steady steps
-    assert stage["samples_per_s"] < throughput["samples_per_s"]
+    # the whole stage holds the measured steps: their samples and their wall time
+    assert stage["samples"] >= throughput["samples"]
+    assert stage["seconds"] >= throughput["seconds"]
     # FLOPs counted by the framework, the rate they give, the measured ceiling and its
     # fraction on every run; MFU has no peak on the cpu and says so
     compute = performance["compute"]
