@@ -1,5 +1,8 @@
 # Two commands set up a fresh machine: `make run` and `make test`.
 PYTHON ?= python3
+# Python 3.10, the vendor images' interpreter (ROCm, Gaudi): the venvs that mirror those images.
+# pyenv's 3.10 when it has one (its python3.10 shim fails unless 3.10 is selected).
+PYTHON310 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10) python3.10)
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CORES ?= 8
@@ -8,7 +11,7 @@ TEST_WORKERS ?= 2
 TARGET ?= results/unet2d/fold0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test test-tf215 lint format bench clean venv venv-tf215 wheelhouse image
+.PHONY: run test test-tf215 test-tf217 test-torch26 lint format bench clean venv venv-tf215 venv-tf217 venv-torch26 wheelhouse image
 
 $(VENV)/.installed: requirements/*.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +36,32 @@ $(VENV_TF215)/.installed: requirements/tf215.txt requirements/core-tf215.txt req
 
 venv-tf215: $(VENV_TF215)/.installed
 
+# TensorFlow 2.17 on Python 3.10, the rocm-tensorflow image's release: numpy 1.x, Keras 2 from
+# tf-keras 2.17 (--no-deps, as the main venv's tf-keras.txt).
+VENV_TF217 := .venv-tf217
+$(VENV_TF217)/.installed: requirements/tf217.txt requirements/tf-keras-217.txt requirements/core-tf215.txt requirements/tensorflow.txt pyproject.toml
+	$(PYTHON310) -m venv $(VENV_TF217)
+	$(VENV_TF217)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_TF217)/bin/python -m pip install --quiet -r requirements/tf217.txt
+	$(VENV_TF217)/bin/python -m pip install --quiet --no-deps -r requirements/tf-keras-217.txt
+	$(VENV_TF217)/bin/python -m pip install --quiet --no-deps -e . --config-settings editable_mode=compat
+	touch $@
+
+venv-tf217: $(VENV_TF217)/.installed
+
+# torch 2.6 on Python 3.10, the rocm-pytorch and gaudi-pytorch images' release, beside the main
+# venv's 2.13 on 3.11. PyPI's torch 2.6.0 is its CUDA build (~5 GB with its nvidia wheels); it
+# runs on the CPU.
+VENV_TORCH26 := .venv-torch26
+$(VENV_TORCH26)/.installed: requirements/torch26.txt requirements/core-py310.txt requirements/torch.txt pyproject.toml
+	$(PYTHON310) -m venv $(VENV_TORCH26)
+	$(VENV_TORCH26)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_TORCH26)/bin/python -m pip install --quiet -r requirements/torch26.txt
+	$(VENV_TORCH26)/bin/python -m pip install --quiet --no-deps -e . --config-settings editable_mode=compat
+	touch $@
+
+venv-torch26: $(VENV_TORCH26)/.installed
+
 run: venv
 	$(BIN)/snakemake --cores $(CORES) $(TARGET)
 
@@ -42,11 +71,22 @@ test: venv
 	$(BIN)/snakemake --lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) test-tf215
+	$(MAKE) test-tf217
+	$(MAKE) test-torch26
 
 # The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15.
 TF_TESTS = $(shell grep -rl '^pytestmark = pytest.mark.tensorflow' tests)
 test-tf215: venv-tf215
 	$(VENV_TF215)/bin/python -m pytest -q -p no:cacheprovider $(TF_TESTS)
+
+# The same tests under TF 2.17 / Python 3.10 (the rocm-tensorflow image's release).
+test-tf217: venv-tf217
+	$(VENV_TF217)/bin/python -m pytest -q -p no:cacheprovider $(TF_TESTS)
+
+# The PyTorch tests (modules marked `pytestmark = pytest.mark.torch`) under torch 2.6 / Python 3.10.
+TORCH_TESTS = $(shell grep -rl --include='*.py' '^pytestmark = pytest.mark.torch' tests)
+test-torch26: venv-torch26
+	$(VENV_TORCH26)/bin/python -m pytest -q -p no:cacheprovider $(TORCH_TESTS)
 
 lint: venv
 	$(BIN)/ruff check .
@@ -57,8 +97,22 @@ format: venv
 	$(BIN)/ruff format workflow tests benchmarks scripts
 	$(BIN)/snakefmt Snakefile rules/
 
-# Wheels for offline image builds (containers.offline: true, air-gapped sites, CI).
+# Wheels for offline image builds (containers.offline: true, air-gapped sites, CI). With
+# PYTHON_VERSION (and FRAMEWORK: torch, tensorflow or both), also a wheelhouse per framework
+# that installs accelpipe offline into an environment that already holds it, e.g.
+# `make wheelhouse PYTHON_VERSION=3.12 FRAMEWORK=torch` -> wheelhouse/py3.12-torch/install.sh;
+# CONSTRAINTS=<the node's pip list --format=freeze> resolves it against the node's packages.
+FRAMEWORK ?= torch
+# pip evaluates markers (python_version < "3.11") with the Python it runs on: the target's.
+WHEELHOUSE_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/$(PYTHON_VERSION)*/bin/python$(PYTHON_VERSION)) python$(PYTHON_VERSION))
 wheelhouse: venv
+ifdef PYTHON_VERSION
+	for framework in $(FRAMEWORK); do \
+		PYTHON=$(WHEELHOUSE_PYTHON) CONSTRAINTS=$(CONSTRAINTS) \
+			bash scripts/env-wheelhouse.sh $(PYTHON_VERSION) $$framework \
+			wheelhouse/py$(PYTHON_VERSION)-$$framework || exit 1; \
+	done
+endif
 	mkdir -p docker/wheelhouse
 	$(BIN)/python -m pip download --quiet --dest docker/wheelhouse \
 		-r requirements/core.txt -r requirements/torch.txt -r requirements/torch-cpu.txt \

@@ -16,6 +16,7 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/preflight.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"

@@ -1,6 +1,9 @@
 # accelpipe's TensorFlow stages on AMD GPUs: AMD's ROCm TensorFlow image plus our package,
-# installed into the image's own Python (never a second TensorFlow). Python 3.10: the
-# core-py310 pins (see rocm-pytorch.Dockerfile).
+# installed into the image's own Python (never a second TensorFlow). TF 2.17 is built against
+# numpy 1.x (it requires numpy < 2; numpy 2 breaks `import tensorflow`): the numpy-1 core pins
+# of requirements/core-tf215.txt (numpy 1.26.4, each pin with a Python 3.10 wheel), not
+# core-py310.txt's numpy 2.2. CI runs the TF tests under the same TF 2.17 / Python 3.10 / numpy
+# 1.26 / tf-keras 2.17 (make test-tf217).
 # Run (docker): --device /dev/kfd --device /dev/dri --group-add video
 # --security-opt seccomp=unconfined --ipc=host; restrict GPUs with HIP_VISIBLE_DEVICES only.
 # Keras 2 is the API the engine writes to: on TF >= 2.16 the build adds tf-keras of the same
@@ -15,7 +18,7 @@ ARG BASE_IMAGE=docker.io/rocm/tensorflow:rocm6.3-py3.10-tf2.17.0-dev
 FROM ${BASE_IMAGE}
 ARG PIP_EXTRA_ARGS=""
 # The pinned requirements to install; point it at another file where the pins need changing.
-ARG REQUIREMENTS=requirements/core-py310.txt
+ARG REQUIREMENTS=requirements/core-tf215.txt
 # What the TensorFlow engine needs besides the vendor's TensorFlow (xprof, pycocotools).
 ARG FRAMEWORK_REQUIREMENTS=requirements/tensorflow.txt
 # Wheels for offline builds; must lie under docker/wheelhouse/ (.dockerignore passes only that).
@@ -49,7 +52,7 @@ COPY pyproject.toml README.md /src/
 COPY workflow/ /src/workflow/
 RUN ${PYTHON} -m pip install --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} /src \
     && rm -rf /tmp/wheelhouse /tmp/requirements.txt /tmp/framework-requirements.txt /src \
-    && ${PYTHON} -c "import numpy, tensorflow, accelpipe" \
+    && ${PYTHON} -c "import numpy, tensorflow, accelpipe.engines.keras2" \
     && accelpipe --help >/dev/null
 
 # A non-root default user. uid 1000 is taken in some bases: then the next free uid is used;

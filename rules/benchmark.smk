@@ -1,5 +1,6 @@
 rule benchmark_row:
     input:
+        unpack(preflight_input),
         data=prepared_dir,
     output:
         directory("work/{workload}/benchmark/{row}"),

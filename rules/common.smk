@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe import containers, provenance, registry, stage_config, targets
+from accelpipe import containers, preflight, provenance, registry, stage_config, targets
 from accelpipe.codegraph import code_key, stage_code
 from accelpipe.compare.runs import finished_runs, run_files
 from accelpipe.config import run_train as run_train_settings
@@ -124,6 +124,55 @@ os.environ[RUNTIME_ENV] = json.dumps(
     {f: runtime_settings(f) for f in registry.FRAMEWORKS}
 )
 os.environ[f"APPTAINERENV_{RUNTIME_ENV}"] = os.environ[RUNTIME_ENV]
+
+
+# The preflight of each framework's image: `accelpipe doctor` once per backend and image
+# (rules/preflight.smk), named by the image (or backend and framework where stages run here).
+PREFLIGHT = {
+    preflight.name(config["backend"], f, IMAGES.get(f)): f for f in registry.FRAMEWORKS
+}
+
+
+def preflight_input(wildcards):
+    """Train jobs (and the publishing of their runs) on cuda, rocm and gaudi need the
+    preflight of their image; the cpu backend has none."""
+    if config["backend"] == "cpu":
+        return {}
+    f = framework(wildcards)
+    return {"preflight": preflight.path(config["backend"], f, IMAGES.get(f))}
+
+
+def preflight_arg(wildcards):
+    """publish's --preflight: the file of the run's image, empty on the cpu backend."""
+    return preflight_input(wildcards).get("preflight", "")
+
+
+def preflight_framework(wildcards):
+    if wildcards.image not in PREFLIGHT:
+        raise WorkflowError(
+            f"invalid target: work/preflight/{wildcards.image}.json is no preflight of this "
+            f"config (backend {config['backend']}: {', '.join(sorted(PREFLIGHT))})"
+        )
+    return PREFLIGHT[wildcards.image]
+
+
+def preflight_container(wildcards):
+    """--sdm apptainer: the preflight runs in the image its train jobs run in."""
+    return f"docker://{IMAGES[preflight_framework(wildcards)]}" if IMAGES else None
+
+
+def preflight_needs(wildcards):
+    """What the image's train jobs ask (accelpipe.preflight.needs): resources, not params,
+    so a changed device count never re-runs the preflight (and every train after it)."""
+    return preflight.needs(config, preflight_framework(wildcards))
+
+
+def preflight_gpus(wildcards):
+    """Slurm --gpus of the preflight job on cuda and rocm: as many as the biggest train job
+    asks per node, so it checks what such a job gets."""
+    if config["backend"] not in ("cuda", "rocm"):
+        return 0
+    return preflight_needs(wildcards)["devices"]
 
 
 def image_key(wildcards):

@@ -1,5 +1,6 @@
 rule publish_run:
     input:
+        unpack(preflight_input),
         raw=raw_dir,
         data=prepared_dir,
         model="work/{workload}/{run}/train",
@@ -24,10 +25,11 @@ rule publish_run:
         image=image_key,
         code=code_for("publish"),
         cfg=publish_config,
+        preflight=preflight_arg,
     shell:
         "accelpipe --log {log} --framework {params.framework} publish --workload {wildcards.workload} --raw {input.raw} --prepared {input.data} --model {input.model}"
         " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
-        " --out {output}"
+        " --preflight={params.preflight:q} --out {output}"
 
 
 rule cross_validation:

@@ -1,5 +1,6 @@
 rule train:
     input:
+        unpack(preflight_input),
         data=prepared_dir,
     output:
         directory("work/{workload}/{run}/train"),

@@ -32,6 +32,8 @@ from accelpipe.distributed import (
 )
 from accelpipe.errors import ConfigError, DataError
 
+pytestmark = pytest.mark.torch
+
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
 SLURM_ENV = (

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss, downsample_labels, soft_dice_per_class
 
+pytestmark = pytest.mark.torch
+
 
 def _target(seed: int = 0, shape: tuple[int, ...] = (2, 1, 16, 16)) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)

@@ -8,6 +8,8 @@ import torch
 
 from accelpipe.metrics import SegmentationCounts, dice_per_class, topk_correct
 
+pytestmark = pytest.mark.torch
+
 
 def _labels() -> np.ndarray:
     rng = np.random.default_rng(0)

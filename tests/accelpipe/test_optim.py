@@ -15,6 +15,8 @@ from accelpipe.devices.torch_device import resolve
 from accelpipe.errors import ConfigError
 from accelpipe.optim import LARS, WarmupDecay, build_optimizer, make_scheduler, split_decay
 
+pytestmark = pytest.mark.torch
+
 CPU = resolve("cpu")
 
 

@@ -74,6 +74,39 @@ def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
     assert performance["reference"] is None and "cpu" in performance["reference_note"]
 
 
+def test_provenance_keeps_what_the_preflight_of_the_image_saw(tmp_path: Path) -> None:
+    """On an accelerator backend the run's provenance says which system its image saw
+    (accelpipe doctor's facts); on the cpu there is no preflight and `system` is null."""
+    report = {
+        "backend": "cuda",
+        "host": "gpu07",
+        "time": "2026-01-02T03:04:05+00:00",
+        "image": "localhost/accelpipe/cuda-pytorch:0123456789ab",
+        "checks": [],
+        "system": {
+            "driver": "nvidia-smi 550.54.15",
+            "device_count": 2,
+            "devices": ["NVIDIA H100 80GB HBM3"] * 2,
+            "framework_build": "torch 2.6.0+cu124, built with CUDA 12.4",
+        },
+    }
+    preflight = tmp_path / "work/preflight/cuda-pytorch-0123456789ab.json"
+    preflight.parent.mkdir(parents=True)
+    preflight.write_text(json.dumps(report))
+    publish_run(_stage_dirs(tmp_path), SLICE, tmp_path / "run", "model.pt", preflight)
+    system = json.loads((tmp_path / "run/provenance.json").read_text())["system"]
+    assert system == {
+        **report["system"],
+        "host": "gpu07",
+        "time": "2026-01-02T03:04:05+00:00",
+        "image": "localhost/accelpipe/cuda-pytorch:0123456789ab",
+        "preflight": str(preflight),
+    }
+    (tmp_path / "cpu").mkdir()
+    publish_run(_stage_dirs(tmp_path / "cpu"), SLICE, tmp_path / "cpu-run", "model.pt")
+    assert json.loads((tmp_path / "cpu-run/provenance.json").read_text())["system"] is None
+
+
 def test_publish_draws_the_training_curves_from_the_log_and_the_metric(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

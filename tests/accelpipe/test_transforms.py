@@ -7,6 +7,8 @@ import torch
 
 from accelpipe import transforms as T
 
+pytestmark = pytest.mark.torch
+
 
 def _batch(b: int = 4, c: int = 2, h: int = 16, w: int = 12, seed: int = 0):
     g = torch.Generator().manual_seed(seed)

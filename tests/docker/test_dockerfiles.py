@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_FILE = REPO / "docker" / "images.yaml"
@@ -510,6 +512,7 @@ def test_requirement_helpers_read_the_real_files() -> None:
         "requirements/torch-cpu.txt",
         "requirements/tensorflow.txt",
         "requirements/tensorflow-cpu.txt",
+        "requirements/workflow.txt",
     }
 
 
@@ -640,6 +643,138 @@ def test_tensorflow_comes_from_the_vendor_or_the_pinned_cpu_wheel(name: str) -> 
         if any("tf-keras" in a for a in args)
     ]
     assert keras_installs and all("--no-deps" in args for args in keras_installs)
+
+
+# The numpy each TensorFlow release accepts (its wheels' Requires-Dist). TF < 2.18 is built
+# against numpy 1.x: under numpy 2 `import tensorflow` fails ("A module that was compiled using
+# NumPy 1.x cannot be run in NumPy 2"), and pip only warns when an image's core pins put numpy 2
+# over the vendor's TensorFlow. A TF image on a release missing here fails: add its range.
+TF_NUMPY = {
+    (2, 15): SpecifierSet(">=1.23.5,<2.0.0"),
+    (2, 17): SpecifierSet(">=1.23.5,<2.0.0"),
+    (2, 21): SpecifierSet(">=1.26.0"),
+}
+# The TensorFlow release a vendor tag names: tensorflow/tensorflow:2.21.0-gpu,
+# rocm/tensorflow:rocm6.3-py3.10-tf2.17.0-dev, Habana's ...-tf-cpu-2.15.0:1.14.0-493.
+TF_IN_TAG = re.compile(r"(?:tensorflow:|tf|tf-cpu-)(\d+)\.(\d+)\.\d+")
+# Keras 2 of the vendor's own TensorFlow: TF_MINOR read from the image's TensorFlow in the RUN
+# command that installs tf-keras==${TF_MINOR}.* (a shell variable lives for one RUN).
+TF_MINOR_OF_THE_IMAGE = re.compile(
+    r"TF_MINOR=\$\(\S+ -c \"import tensorflow as tf; [^\"]*tf\.__version__[^\"]*\"\)"
+)
+KERAS2_OF_THE_IMAGE = "tf-keras==${TF_MINOR}.*"
+
+
+def release(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def requirement_pins(repo_paths: list[str]) -> dict[str, str]:
+    """Normalised name -> `==` version of the files and the files they include."""
+    pins = {}
+    for path in sorted({f for p in repo_paths for f in with_includes(p)}):
+        for line in (REPO / path).read_text().splitlines():
+            match = re.fullmatch(
+                r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)", line.split("#")[0].strip()
+            )
+            if match:
+                pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return pins
+
+
+def image_tensorflow(image: dict[str, Any]) -> tuple[int, int]:
+    """The TensorFlow release an image runs: its pinned wheel, else the one its base tag names."""
+    pins = requirement_pins(image["requirements"])
+    pinned = pins.get("tensorflow-cpu") or pins.get("tensorflow")
+    if pinned:
+        return release(pinned)
+    named = {(int(a), int(b)) for a, b in TF_IN_TAG.findall(image["base_image"])}
+    assert len(named) == 1, f"{image['base_image']} names no single TensorFlow release"
+    return named.pop()
+
+
+def installs_keras2_of_its_tensorflow(df: Dockerfile) -> bool:
+    """A RUN reads the image's TF release and installs tf-keras of it (--no-deps)."""
+    for stage in df.stages:
+        for command in run_commands(stage):
+            if not TF_MINOR_OF_THE_IMAGE.search(command):
+                continue
+            for args in pip_installs(command):
+                if KERAS2_OF_THE_IMAGE in args and "--no-deps" in args:
+                    return True
+    return False
+
+
+def tensorflow_image_problems(image: dict[str, Any], df: Dockerfile) -> list[str]:
+    """What keeps an image's numpy or Keras 2 from working with its TensorFlow release."""
+    tf_release = image_tensorflow(image)
+    tf_name = "TensorFlow {}.{}".format(*tf_release)
+    pins = requirement_pins(image["requirements"])
+    problems = []
+    numpy_range = TF_NUMPY.get(tf_release)
+    if numpy_range is None:
+        problems.append(f"{tf_name} has no numpy range in TF_NUMPY (its wheels' Requires-Dist)")
+    elif "numpy" not in pins:
+        problems.append("the image's requirements pin no numpy")
+    elif Version(pins["numpy"]) not in numpy_range:
+        problems.append(f"numpy {pins['numpy']} is outside {tf_name}'s numpy{numpy_range}")
+    keras = pins.get("tf-keras")
+    if keras is not None and release(keras) != tf_release:
+        problems.append(f"tf-keras {keras} is not the Keras 2 of {tf_name}")
+    if tf_release >= (2, 16) and keras is None and not installs_keras2_of_its_tensorflow(df):
+        problems.append(
+            f"{tf_name}'s tf.keras is Keras 3 and the image installs no tf-keras of its release"
+        )
+    return problems
+
+
+@per_image
+def test_a_tensorflow_images_numpy_and_keras_2_match_its_tensorflow(name: str) -> None:
+    if IMAGES[name]["framework"] != "tensorflow":
+        pytest.skip("not a TensorFlow image")
+    assert tensorflow_image_problems(IMAGES[name], dockerfile(name)) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "problem"),
+    [
+        # rocm-tensorflow as it was: core-py310's numpy 2.2.6 over the vendor's TF 2.17
+        (
+            "rocm-tensorflow",
+            {"requirements": ["requirements/core-py310.txt", "requirements/tensorflow.txt"]},
+            r"numpy 2\.2\.6 is outside TensorFlow 2\.17's numpy<2\.0\.0",
+        ),
+        (
+            "cuda-tensorflow",
+            {"base_image": "docker.io/tensorflow/tensorflow:2.17.0-gpu"},
+            r"numpy 2\.4\.6 is outside TensorFlow 2\.17",
+        ),
+        (
+            "cpu-tensorflow",
+            {
+                "requirements": [
+                    f.replace("tf-keras.txt", "tf-keras-217.txt")
+                    for f in IMAGES["cpu-tensorflow"]["requirements"]
+                ]
+            },
+            r"tf-keras 2\.17\.0 is not the Keras 2 of TensorFlow 2\.21",
+        ),
+        (
+            "cuda-tensorflow",
+            {"base_image": "docker.io/tensorflow/tensorflow:2.19.0-gpu"},
+            r"TensorFlow 2\.19 has no numpy range",
+        ),
+        # a Dockerfile that adds no tf-keras, under a TF >= 2.16 base
+        ("rocm-tensorflow", {"dockerfile_of": "rocm-pytorch"}, r"installs no tf-keras"),
+    ],
+)
+def test_a_tensorflow_image_whose_numpy_or_keras_2_does_not_match_is_caught(
+    name: str, change: dict[str, Any], problem: str
+) -> None:
+    image = {**IMAGES[name], **change}
+    df = dockerfile(image.pop("dockerfile_of", name))
+    assert [p for p in tensorflow_image_problems(image, df) if re.search(problem, p)]
 
 
 @per_image

@@ -173,8 +173,10 @@ def write_run(
     reference: dict[str, Any] | None = None,
     summary: dict | None = None,
     energy_block: dict[str, Any] | None = None,
+    system: dict[str, Any] | None = None,
 ) -> Path:
-    """A finished run folder; `with_performance=False`: one published before performance.json."""
+    """A finished run folder; `with_performance=False`: one published before performance.json;
+    `system`: provenance.json's preflight facts (none: a cpu run's null)."""
     folder = results / workload / run
     folder.mkdir(parents=True)
     metric = registry.workload(workload).metric
@@ -187,6 +189,7 @@ def write_run(
         "device": f"{backend} device",
         "precision": "fp32",
         "stages": {"train": {"seconds": seconds}},
+        "system": system,
     }
     files = {
         "metrics.json": metrics,

@@ -194,10 +194,11 @@ def test_a_comment_or_docstring_reruns_nothing(project: Project, module: str, ed
 @pytest.mark.parametrize(
     ("override", "reruns"),
     [
-        (("backend=cuda",), DOWNSTREAM_OF_TRAIN),
-        (("backend=rocm",), DOWNSTREAM_OF_TRAIN),
+        # an accelerator backend: its image's preflight (accelpipe doctor) before the train
+        (("backend=cuda",), {"preflight", *DOWNSTREAM_OF_TRAIN}),
+        (("backend=rocm",), {"preflight", *DOWNSTREAM_OF_TRAIN}),
         (("runtime=docker",), DOWNSTREAM_OF_TRAIN),  # another image: its stages run again
-        (("runtime=docker", "backend=gaudi"), DOWNSTREAM_OF_TRAIN),
+        (("runtime=docker", "backend=gaudi"), {"preflight", *DOWNSTREAM_OF_TRAIN}),
         (('accelerators={"pool": ["0", "1"]}',), set()),  # which cards: not what runs
         # where a stage runs and what it makes change together: the data stages still
         # re-run for their own reason (params) and not for the runtime's

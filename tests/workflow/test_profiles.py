@@ -106,8 +106,8 @@ def test_accelerator_requests_become_sbatch_flags(backend: str) -> None:
     assert flag in sbatch_line(wanted).split()
     per_rule = parse(f"slurm-{backend}").set_resources
     if backend == "gaudi":  # a site-specific gres name: the profile sets it
-        assert set(per_rule) == ACCELERATED_RULES
-        assert all(raw_resources(per_rule[rule]) == wanted for rule in ACCELERATED_RULES)
+        assert set(per_rule) == ACCELERATED_RULES | {"preflight"}
+        assert all(raw_resources(resources) == wanted for resources in per_rule.values())
     else:  # GPUs come from the workflow's rules, not the profile
         assert per_rule == {}
 
@@ -198,12 +198,19 @@ def planned_resources(project: Project, name: str) -> dict[str, dict[str, str]]:
 @per_profile
 def test_workflow_dry_runs_through_the_profile(project: Project, name: str) -> None:
     planned = planned_resources(project, name)
-    assert set(planned) == {"raw_dataset", "prepare_dataset", "train", "evaluate"}
     backend = name.removeprefix("slurm-") if name.removeprefix("slurm-") in ACCELERATORS else None
+    rules = {"raw_dataset", "prepare_dataset", "train", "evaluate"}
+    assert set(planned) == rules | ({"preflight"} if backend else set())
     for rule, resources in planned.items():
         # a gpu resource of 0 makes no --gpus flag (the plugin skips falsy values)
         asked = {k: resources.get(k) if resources.get(k) != "0" else None for k in ("gpu", "gres")}
-        if backend and rule in ACCELERATED_RULES:
+        if rule == "preflight":
+            # the devices the biggest train job asks (the tiny config's ddp runs: 2) on cuda
+            # and rocm, the profile's gres on gaudi; nothing leased
+            wanted = ACCELERATORS["gaudi"][0] if backend == "gaudi" else {"gpu": 2}
+            assert {k: v for k, v in asked.items() if v} == {k: str(v) for k, v in wanted.items()}
+            assert "accel" not in resources
+        elif backend and rule in ACCELERATED_RULES:
             wanted = ACCELERATORS[backend][0]
             assert {k: v for k, v in asked.items() if v} == {k: str(v) for k, v in wanted.items()}
             assert resources["accel"] == "1"  # accelpipe leases as many as Slurm gives

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--traces", "folder of chrome traces"),
         ("--out", "summary folder"),
     )
-    _add(
+    publish = _add(
         sub,
         "publish",
         "assemble results/<workload>/<run>",
@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         cfg,
         ("--out", "result folder"),
     )
+    publish.add_argument("--preflight", default="", help="the preflight of the run's image, if any")
     # Stages that gather many folders into one: (name, help, options, (list flag, its help)).
     workload, runs = ("--workload", "workload name"), ("--runs", "published run folders")
     gathering = (
@@ -134,6 +135,32 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text, options, (flag, flag_help) in gathering:
         stage = _add(sub, name, help_text, *options, ("--out", f"{name} folder"))
         stage.add_argument(flag, nargs="+", required=True, help=flag_help)
+    doctor = sub.add_parser(
+        "doctor", help="check driver, framework build and devices before a long run"
+    )
+    doctor.add_argument(
+        "--backend",
+        choices=leases.BACKENDS,
+        help="default: the workflow's ($ACCELPIPE_RUNTIME), else cpu",
+    )
+    doctor.add_argument(
+        "--framework",
+        dest="check_framework",
+        choices=("pytorch", "tensorflow"),
+        help="the framework to ask (default: the global --framework, else pytorch)",
+    )
+    doctor.add_argument("--devices", type=int, default=1, help="devices one job uses per node")
+    doctor.add_argument("--world-size", type=int, help="processes of one job (default: devices)")
+    doctor.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="what the runs train in (auto: bf16 on accelerators): bf16 is checked for bf16",
+    )
+    doctor.add_argument(
+        "--pool", help="device ids jobs may use, e.g. 0,1 (default: accelerators.pool, else all)"
+    )
+    doctor.add_argument("--json", help="also write the report as JSON here")
     images = sub.add_parser("images", help="tag or build the container image of a backend")
     images.add_argument("action", choices=("tag", "build"))
     images.add_argument("--backend", required=True, help="cpu, cuda, rocm or gaudi")
@@ -209,6 +236,10 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     """Lease accelerators, then run the stage here or in its container."""
     runtime = read_runtime(args.framework)
     backend = runtime.get("backend", "cpu")
+    if args.stage == "doctor":
+        # The doctor looks at every device of the pool, busy ones included: it leases none and
+        # hides none (a lease's visibility variable would); its container gets the whole pool.
+        return _run(args, argv, runtime, backend, _pool_for_doctor(backend, runtime), False)
     # Inside a Slurm job the scheduler already allocated the devices (gres/gpus) and set
     # the visibility variables: leasing again from a node-wide pool would fight it.
     accel = 0 if "SLURM_JOB_ID" in os.environ else args.accel
@@ -216,31 +247,57 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     with leases.lease(accel, pool, leases.default_lock_dir()) as devices:
         if devices:
             log.info("leased %s devices %s", backend, ",".join(devices))
-        if runtime["runtime"] != "docker":
+        return _run(args, argv, runtime, backend, devices, True)
+
+
+def _pool_for_doctor(backend: str, runtime: dict) -> list[str]:
+    """The devices the doctor's container is given (runtime docker only); none where the
+    vendor tool cannot list them, which the doctor inside then reports."""
+    if runtime["runtime"] != "docker" or backend == "cpu":
+        return []
+    try:
+        return leases.resolve_pool(backend, runtime.get("pool"))
+    except AccelpipeError as err:
+        log.warning("doctor: no device given to the container: %s", err)
+        return []
+
+
+def _run(
+    args: argparse.Namespace,
+    argv: list[str],
+    runtime: dict,
+    backend: str,
+    devices: list[str],
+    restrict: bool,
+) -> int:
+    """Run the stage here (restricted to `devices` by the visibility variable) or in its
+    container (given `devices`)."""
+    if runtime["runtime"] != "docker":
+        if restrict:
             os.environ.update(leases.visibility_env(backend, devices))
-            handler_for(args.stage)(args)
-            return 0
-        engine = containers.client(runtime.get("docker_host"))
-        build = runtime.get("build") or {}
-        containers.build_once(
-            containers.spec_for(backend, args.framework),
-            runtime["image"],
-            engine,
-            leases.default_lock_dir(),
-            base_image=build.get("base_image"),
-            pip_extra_args="--no-index" if build.get("offline") else "",
-        )
-        return containers.run(
-            engine,
-            runtime["image"],
-            ["accelpipe", *stage_argv(argv)],
-            workdir=Path.cwd(),
-            mounts=[Path(m) for m in runtime.get("mounts", [])],
-            backend=backend,
-            devices=devices,
-            env_names=runtime.get("env", []),
-            log_file=Path(args.log) if args.log else None,
-        )
+        handler_for(args.stage)(args)
+        return 0
+    engine = containers.client(runtime.get("docker_host"))
+    build = runtime.get("build") or {}
+    containers.build_once(
+        containers.spec_for(backend, args.framework),
+        runtime["image"],
+        engine,
+        leases.default_lock_dir(),
+        base_image=build.get("base_image"),
+        pip_extra_args="--no-index" if build.get("offline") else "",
+    )
+    return containers.run(
+        engine,
+        runtime["image"],
+        ["accelpipe", *stage_argv(argv)],
+        workdir=Path.cwd(),
+        mounts=[Path(m) for m in runtime.get("mounts", [])],
+        backend=backend,
+        devices=devices,
+        env_names=runtime.get("env", []),
+        log_file=Path(args.log) if args.log else None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

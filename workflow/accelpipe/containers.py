@@ -36,10 +36,10 @@ IMAGES_FILE = Path("docker/images.yaml")
 # Files whose content defines every image besides its Dockerfile, requirements and code.
 IMAGE_INPUTS = ("pyproject.toml", "README.md")
 # Stages that run in the image of a workload's framework, those of a dataset's, and those
-# (framework-free) that run in every image.
+# that run in every image (the doctor asks each image's framework: both probes are in it).
 _WORKLOAD_STAGES = ("train", "evaluate")
 _DATASET_STAGES = ("raw", "prepare")
-_COMMON_STAGES = ("summarize-trace", "publish", "aggregate")
+_COMMON_STAGES = ("summarize-trace", "publish", "aggregate", "doctor")
 # Host variables a containerised stage may see; everything else stays outside.
 ENV_WHITELIST = (
     "ACCELPIPE_GIT_STATE",  # provenance.GIT_STATE_ENV: the image holds no checkout

@@ -80,8 +80,22 @@ def checkout_state() -> dict[str, Any]:
     return git_state(accelpipe.REPO)
 
 
-def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str, Any]:
-    """provenance.json: code version, config, packages, device and per-stage timings."""
+def system(preflight: Path | None) -> dict[str, Any] | None:
+    """The system the run's image saw before training: the preflight's facts (driver, the
+    devices, the framework build) and where and when it checked; None without a preflight
+    (the cpu backend)."""
+    if preflight is None:
+        return None
+    report = read_json(preflight)
+    where = {key: report.get(key) for key in ("host", "time", "image")}
+    return {**report.get("system", {}), **where, "preflight": str(preflight)}
+
+
+def build(
+    stage_dirs: dict[str, Path], config_slice: dict[str, Any], preflight: Path | None = None
+) -> dict[str, Any]:
+    """provenance.json: code version, config, packages, device, the system the preflight saw
+    and per-stage timings."""
     stages = {name: read_json(d / STAGE_FILE) for name, d in stage_dirs.items()}
     train = stages.get("train", {})
     return {
@@ -96,6 +110,7 @@ def build(stage_dirs: dict[str, Path], config_slice: dict[str, Any]) -> dict[str
         "platform": platform.platform(),
         # as the train stage saw them: it may have run in another image than this one
         "packages": train.get("packages") or package_versions(),
+        "system": system(preflight),
         "stages": {
             name: {key: s.get(key) for key in ("seconds", "finished", "host", "image")}
             for name, s in stages.items()

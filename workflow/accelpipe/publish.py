@@ -46,11 +46,16 @@ def _copy_profiler_outputs(trace_dir: Path, out: Path) -> None:
 
 
 def publish_run(
-    stage_dirs: dict[str, Path], config_slice: dict[str, Any], out: Path, weights: str
+    stage_dirs: dict[str, Path],
+    config_slice: dict[str, Any],
+    out: Path,
+    weights: str,
+    preflight: Path | None = None,
 ) -> None:
     """Copy the run's artifacts (`weights`: the engine's model file) into `out` and write
-    provenance.json, performance.json and training_curves.png (loss and learning rate per
-    logged step, the quality metric where evaluated), atomically."""
+    provenance.json (with what the preflight of the run's image saw, where there was one),
+    performance.json and training_curves.png (loss and learning rate per logged step, the
+    quality metric where evaluated), atomically."""
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for stage, name, target in (("train", weights, weights), *RUN_FILES):
@@ -61,7 +66,7 @@ def publish_run(
         for table in _evaluation_tables(stage_dirs["evaluate"]):
             shutil.copy2(table, tmp / table.name)
         _copy_profiler_outputs(stage_dirs["trace"], tmp)
-        write_json(tmp / "provenance.json", provenance.build(stage_dirs, config_slice))
+        write_json(tmp / "provenance.json", provenance.build(stage_dirs, config_slice, preflight))
         train = read_json(stage_dirs["train"] / provenance.STAGE_FILE)
         metric = registry.workload(train["workload"]).metric
         curves.write_curves(

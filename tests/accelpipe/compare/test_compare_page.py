@@ -21,7 +21,7 @@ from accelpipe.curves import CURVES_FILE, write_curves
 from accelpipe.performance import DEFINITIONS
 from tests.helpers.run_folders import energy, reference, write_run
 
-TEXT_CELLS = {"reference_comparable", "backend", "device", "precision"}
+TEXT_CELLS = {"reference_comparable", "backend", "device", "precision", "system"}
 VERDICT = {True: "comparable", False: "indicative", None: "–"}
 # the compute block the hand-made runs get (performance.json's `compute`)
 COMPUTE = {
@@ -232,6 +232,7 @@ def test_every_run_is_a_row_showing_its_files_numbers_rounded_and_exact(
         assert shown.pop("reference_comparable") == VERDICT[row["reference_comparable"]]
         for field in ("backend", "device", "precision"):
             assert shown.pop(field) == row[field]
+        assert shown.pop("system") == (row["system"] or "–")
         for field, text in shown.items():
             assert json.loads(values[field]) == row[field], field  # exact, as read
             if row[field] is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe import registry
-from accelpipe.compare.rows import MARKS, build_rows, cost, mark_best, read_row
+from accelpipe.compare.rows import MARKS, build_rows, cost, mark_best, read_row, system_text
 from accelpipe.errors import DataError
 from accelpipe.traces.plot import PART_NAMES
 from tests.helpers.run_folders import NO_RAPL, energy, reference, write_run
@@ -50,6 +50,24 @@ def test_the_row_says_whether_the_reference_ratio_is_comparable(
 ) -> None:
     row = read_row(write_run(tmp_path, "resnet50", "r1", reference=figure), {})
     assert row["reference_comparable"] is comparable
+
+
+def test_the_row_says_which_system_the_run_saw(tmp_path: Path) -> None:
+    """provenance.json's `system` (the preflight of the run's image) in one cell."""
+    system = {
+        "driver": "nvidia-smi 550.54.15",
+        "device_count": 3,
+        "devices": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100"],
+        "framework_build": "torch 2.6.0+cu124, built with CUDA 12.4",
+        "host": "gpu07",
+    }
+    row = read_row(write_run(tmp_path, "resnet50", "bf16", backend="cuda", system=system), {})
+    assert row["system"] == (
+        "2 x NVIDIA H100 80GB HBM3, 1 x NVIDIA A100; nvidia-smi 550.54.15; "
+        "torch 2.6.0+cu124, built with CUDA 12.4"
+    )
+    assert read_row(write_run(tmp_path, "resnet50", "cpu"), {})["system"] is None
+    assert system_text({"devices": [], "driver": None, "framework_build": None}) == "no device"
 
 
 def test_the_step_parts_add_up_to_the_step(tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from accelpipe.datasets.imagefolder import (
 )
 from accelpipe.errors import DataError
 
+pytestmark = pytest.mark.torch
+
 WNIDS = ["n01440764", "n01443537", "n01484850"]
 
 

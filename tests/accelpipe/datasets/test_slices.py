@@ -13,6 +13,8 @@ from accelpipe.datasets import brats
 from accelpipe.datasets.slices import SliceBatches
 from accelpipe.errors import DataError
 
+pytestmark = pytest.mark.torch
+
 CASES = ["BRATS_001", "BRATS_002", "BRATS_003"]
 PATCH = (24, 20)
 

@@ -11,6 +11,8 @@ from accelpipe.datasets import nsclc, volumes
 from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.errors import DataError
 
+pytestmark = pytest.mark.torch
+
 SETTINGS = volumes.VolumeSettings((1.0, 1.0, 3.0), (-1000.0, 1000.0), (32, 32, 16))
 
 

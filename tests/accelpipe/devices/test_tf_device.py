@@ -168,3 +168,11 @@ def test_determinism_switches_both_ways() -> None:
         assert tf.random.uniform([2]).shape == (2,)
     finally:
         tf_device.set_determinism(False)
+
+
+def test_a_tensorflow_outside_the_supported_range_is_refused_before_the_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tf, "__version__", "2.14.1")
+    with pytest.raises(BackendUnavailableError, match=r"tensorflow 2\.14\.1 in .* outside"):
+        tf_device.resolve("cpu")

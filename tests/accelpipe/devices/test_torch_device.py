@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import torch
 
 from accelpipe.devices import torch_device
 from accelpipe.errors import BackendUnavailableError, ConfigError
+
+pytestmark = pytest.mark.torch
 
 
 def test_cpu_defaults_to_fp32_without_autocast() -> None:
@@ -99,6 +102,30 @@ def test_profiler_table_sorts_by_device_time_where_the_device_is_profiled() -> N
         assert _fake_gpu(backend).profiler_sort_key() == "self_device_time_total"
 
 
+def test_a_gaudi_profile_records_the_hpu_where_this_torch_has_its_activity() -> None:
+    """torch_device.profiler_device_activity: ProfilerActivity.HPU is in some supported torch
+    releases and not others (make test-torch26 runs this without it). Either way the gaudi
+    device's activities start a profiler that records the host, and the table sorts by
+    device time only where the device is in them."""
+    gaudi = _fake_gpu("gaudi")
+    hpu = getattr(torch.profiler.ProfilerActivity, "HPU", None)
+    assert torch_device.profiler_device_activity("gaudi") is hpu
+    assert torch_device.profiler_device_activity("cpu") is None
+    assert gaudi.profiler_activities() == [torch.profiler.ProfilerActivity.CPU] + (
+        [hpu] if hpu is not None else []
+    )
+    sort_key = gaudi.profiler_sort_key()
+    assert sort_key == ("self_cpu_time_total" if hpu is None else "self_device_time_total")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "HPU is not available")  # no Gaudi here
+        with (
+            torch.profiler.profile(activities=gaudi.profiler_activities()) as prof,
+            torch.profiler.record_function("forward"),
+        ):
+            torch.ones(8, 8) @ torch.ones(8, 8)
+    assert "forward" in prof.key_averages().table(sort_by=sort_key, row_limit=5)
+
+
 def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """torch.cuda.memory's recorder and dump, faked: the calls, in order."""
     calls: list[tuple] = []
@@ -164,3 +191,11 @@ def test_peak_memory_is_none_on_cpu_and_the_allocators_peak_elsewhere(
         device = torch_device.Device(backend, torch.device("cuda", 1), "fake", "bf16")
         assert device.peak_memory() == (1234, f"torch.{api}.max_memory_allocated")
     assert asked == [torch.device("cuda", 1)] * 3
+
+
+def test_a_torch_outside_the_supported_range_is_refused_before_the_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
+    with pytest.raises(BackendUnavailableError, match=r"torch 2\.5\.1\+cpu in .* outside"):
+        torch_device.resolve("cpu")

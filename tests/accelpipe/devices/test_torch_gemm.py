@@ -10,6 +10,8 @@ import torch
 
 from accelpipe.devices import torch_device, torch_gemm
 
+pytestmark = pytest.mark.torch
+
 
 def _clock(*times: float) -> Callable[[], float]:
     ticks = iter(times)

@@ -11,6 +11,8 @@ from torch import nn
 from accelpipe.engines import torch_flops
 from accelpipe.models.resnet50 import ResNet, resnet50
 
+pytestmark = pytest.mark.torch
+
 B = 2  # samples per counted batch
 
 

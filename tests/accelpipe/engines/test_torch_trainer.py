@@ -40,6 +40,8 @@ from tests.helpers.performance_checks import measured_rows
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
 from tests.helpers.tensorboard import log_scalars, read_scalars
 
+pytestmark = pytest.mark.torch
+
 STEPS = 4
 SCHEDULE = ProfileSchedule(wait=1, warmup=1, active=2, repeat=1)
 

@@ -12,6 +12,8 @@ from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
 
+pytestmark = pytest.mark.torch
+
 SMALL = {"filters": (8, 16, 32, 64), "strides": (1, 2, 2, 2)}
 
 

@@ -8,6 +8,8 @@ from torch import nn
 
 from accelpipe.models.resnet50 import Bottleneck, ResNet, resnet50
 
+pytestmark = pytest.mark.torch
+
 TINY = {"layers": (1, 1, 1, 1), "num_classes": 10, "width": 4}
 
 

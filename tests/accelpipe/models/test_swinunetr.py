@@ -8,6 +8,8 @@ import torch
 from accelpipe.errors import ConfigError
 from accelpipe.models.swinunetr import build_model, check_roi
 
+pytestmark = pytest.mark.torch
+
 TINY = {
     "roi": [64, 32, 32],
     "feature_size": 12,

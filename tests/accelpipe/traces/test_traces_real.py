@@ -21,6 +21,8 @@ from tests.helpers.chrome_traces import (
     zipped,
 )
 
+pytestmark = pytest.mark.torch
+
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces"
 REAL = {
     "timeline_analysis__sampled_rank-0.json.gz": "cuda",

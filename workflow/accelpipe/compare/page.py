@@ -171,6 +171,12 @@ TEXT = (
     ("backend", "backend", "cpu, cuda, rocm or gaudi"),
     ("device", "device", "the device the run trained on, as the framework names it"),
     ("precision", "precision", "the run's training precision"),
+    (
+        "system",
+        "system",
+        "what the preflight (accelpipe doctor) of the run's image saw before training: its "
+        "devices, driver and framework build (provenance.json's system); none on the cpu",
+    ),
 )
 COUNTS = (
     Column("world_size", "world size", "count", "training processes, one per device"),
@@ -288,8 +294,12 @@ def _run_cells(row: Row) -> list[str]:
 
 def _detail_cells(row: Row) -> list[str]:
     cells = [*_names(row), *(_num(row, column) for column in DETAIL)]
-    cells += [f'<td class="wrap" data-field="{f}">{_e(row[f])}</td>' for f, _, _ in TEXT]
+    cells += [f'<td class="wrap" data-field="{f}">{_e(_text(row[f]))}</td>' for f, _, _ in TEXT]
     return cells + [_num(row, column) for column in COUNTS]
+
+
+def _text(value: Any) -> str:
+    return "–" if value is None else str(value)
 
 
 def _step_cells(row: Row) -> list[str]:

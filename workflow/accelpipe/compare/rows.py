@@ -29,6 +29,7 @@ COLUMNS = (
     "world_size",
     "global_batch",
     "nodes",
+    "system",
     "metric",
     "metric_value",
     "samples_per_s",
@@ -144,6 +145,19 @@ def _energy(performance: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def system_text(system: dict[str, Any] | None) -> str | None:
+    """What the preflight of the run's image saw (provenance.json's `system`), in one line:
+    the devices, the driver and the framework build; None without one (cpu, older runs)."""
+    if not system:
+        return None
+    counts: dict[str, int] = {}
+    for name in system.get("devices") or []:
+        counts[name or "unnamed"] = counts.get(name or "unnamed", 0) + 1
+    devices = ", ".join(f"{n} x {name}" for name, n in counts.items()) or "no device"
+    parts = [devices, system.get("driver"), system.get("framework_build")]
+    return "; ".join(str(part) for part in parts if part)
+
+
 def _steps(run_dir: Path) -> dict[str, Any]:
     summary = _optional_json(run_dir / TRACE_SUMMARY)
     parts = step_parts(summary) if summary else None
@@ -207,6 +221,7 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
         "world_size": facts.get("world_size"),
         "global_batch": facts.get("global_batch"),
         "nodes": nodes,
+        "system": system_text(provenance.get("system")),
         "metric": metric,
         "metric_value": value,
         **throughput,

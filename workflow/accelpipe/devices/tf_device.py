@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelpipe.devices import resolve_precision, usable_threads
+from accelpipe.devices.frameworks import check_supported
 from accelpipe.engines.keras2 import keras, tf
 from accelpipe.errors import BackendUnavailableError
 
@@ -69,6 +70,7 @@ def resolve(
     backend: str, precision: str = "auto", index: int = 0, auto: dict[str, str] | None = None
 ) -> TFDevice:
     """Check the backend's runtime is present and return its TFDevice."""
+    check_supported("tensorflow", tf.__version__)
     precision = resolve_precision(backend, precision, auto)
     return {"cpu": _cpu, "cuda": _cuda, "rocm": _rocm, "gaudi": _gaudi}[backend](precision, index)
 

@@ -19,11 +19,25 @@ from types import ModuleType
 import torch
 
 from accelpipe.devices import resolve_precision, usable_threads
+from accelpipe.devices.frameworks import check_supported
 from accelpipe.errors import BackendUnavailableError
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 # Alloc/free events the memory history keeps (a ring buffer of a few KB per entry).
 MEMORY_HISTORY_ENTRIES = 100_000
+
+
+# The profiler activity that records each backend's device (ROCm's HIP is CUDA's activity).
+_DEVICE_ACTIVITIES = {"cuda": "CUDA", "rocm": "CUDA", "gaudi": "HPU"}
+
+
+def profiler_device_activity(backend: str) -> torch.profiler.ProfilerActivity | None:
+    """The profiler activity of `backend`'s device; None for the cpu, and where this torch has
+    none. ProfilerActivity.HPU differs across the supported releases: stock torch 2.6 has
+    none (Habana's 2.6 build, the gaudi image's, adds it), 2.13 has it. Without it a gaudi
+    run's profile records the host alone and its table sorts by CPU time."""
+    name = _DEVICE_ACTIVITIES.get(backend)
+    return getattr(torch.profiler.ProfilerActivity, name, None) if name else None
 
 
 @dataclass
@@ -106,12 +120,9 @@ class Device:
         return peak, f"torch.{api}.max_memory_allocated"
 
     def profiler_activities(self) -> list[torch.profiler.ProfilerActivity]:
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.backend in ("cuda", "rocm"):
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        elif self.backend == "gaudi" and hasattr(torch.profiler.ProfilerActivity, "HPU"):
-            activities.append(torch.profiler.ProfilerActivity.HPU)
-        return activities
+        """The host, and the device where this torch's profiler can record it."""
+        device = profiler_device_activity(self.backend)
+        return [torch.profiler.ProfilerActivity.CPU] + ([device] if device is not None else [])
 
     def profiler_sort_key(self) -> str:
         """What the profiler's key-averages table is sorted by: device self time where the
@@ -171,14 +182,17 @@ def resolve(
     `index` picks the device of a multi-device job (one process per device: its LOCAL_RANK).
     `auto` overrides what precision "auto" means per backend for one workload.
     """
+    check_supported("pytorch", torch.__version__)
     precision = resolve_precision(backend, precision, auto)
     resolver = {"cpu": _cpu, "cuda": _cuda, "rocm": _rocm, "gaudi": _gaudi}[backend]
     return resolver(precision, channels_last, index)
 
 
 def _cpu(precision: str, channels_last: bool, index: int = 0) -> Device:
-    # One CPU device however many processes share it.
-    name = f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+    # One CPU device however many processes share it. The release is in the name, as the TF
+    # cpu device's: runs of one host under two torch releases are told apart in results/compare.
+    threads = torch.get_num_threads()
+    name = f"cpu ({platform.machine()}, {threads} threads, PyTorch {torch.__version__})"
     return Device("cpu", torch.device("cpu"), name, precision, channels_last)
 
 

@@ -17,22 +17,34 @@ from accelpipe.errors import BackendUnavailableError
 __all__ = ["keras", "tf", "tf_version"]
 
 
-def tf_version() -> tuple[int, int]:
-    major, minor = tf.__version__.split(".")[:2]
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
     return int(major), int(minor)
+
+
+def tf_version() -> tuple[int, int]:
+    return _release(tf.__version__)
 
 
 def _keras2() -> ModuleType:
     version = tf_version()
     if version < (2, 16):
         return tf.keras
+    install = f"pip install --no-deps 'tf-keras=={version[0]}.{version[1]}.*'"
     try:
         import tf_keras
     except ImportError:
         raise BackendUnavailableError(
             f"TensorFlow {tf.__version__} needs Keras 2 from the tf-keras package of the same "
-            f"release: pip install --no-deps 'tf-keras=={version[0]}.{version[1]}.*'"
+            f"release: {install}"
         ) from None
+    # tf-keras requires the TensorFlow of its own release, but goes in with --no-deps (it
+    # names the full `tensorflow` build): pip never checks it, so a mismatch is refused here.
+    if _release(tf_keras.__version__) != version:
+        raise BackendUnavailableError(
+            f"tf-keras {tf_keras.__version__} is not the Keras 2 of TensorFlow {tf.__version__} "
+            f"(each tf-keras release requires its own TensorFlow release): {install}"
+        )
     return tf_keras
 
 

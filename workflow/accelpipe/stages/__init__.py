@@ -23,6 +23,7 @@ MODULES = {
     "benchmark": "accelpipe.stages.publish",
     "compare": "accelpipe.stages.compare",
     "images": "accelpipe.stages.images",
+    "doctor": "accelpipe.stages.doctor",
 }
 # stages that call into one dataset's or one workload's module by name
 _PLUGINS = {

@@ -25,7 +25,8 @@ def run_publish(args: argparse.Namespace) -> None:
         "trace": Path(args.trace),
     }
     weights = engines.for_workload(args.workload).weights
-    publish_run(stage_dirs, load_slice(args.config_json), Path(args.out), weights)
+    preflight = Path(args.preflight) if args.preflight else None
+    publish_run(stage_dirs, load_slice(args.config_json), Path(args.out), weights, preflight)
 
 
 def run_aggregate(args: argparse.Namespace) -> None:
