@@ -85,7 +85,12 @@ done
 for requirement in "${no_deps[@]}"; do  # one at a time: the tf-keras releases exclude each other
     "$python" -m pip download --quiet --no-deps --dest "$out" "${target[@]}" "$requirement"
 done
-"$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" .
+# From a copy of what the package is made of, as the images do: setuptools' build/ folder in
+# the checkout would carry modules deleted since into the wheel.
+source=$(mktemp -d)
+trap 'rm -rf "$pins" "$source"' EXIT
+cp -r pyproject.toml README.md workflow "$source/"
+"$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$source"
 # Nothing that could replace the environment's framework may lie in the wheelhouse.
 if ls "$out" | grep -qiE '^(torch|tensorflow|tensorflow_cpu|nvidia_|triton)-'; then
     echo "env-wheelhouse: a framework wheel reached $out; it would replace the installed one" >&2
