@@ -5,13 +5,16 @@ PYTHON ?= python3
 PYTHON310 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10) python3.10)
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
-CORES ?= 8
+# Snakemake's --cores: the cores this process may run on (nproc follows the CPU affinity, a
+# cgroup's cpuset, taskset; not OMP_NUM_THREADS, which a shell may have set for one process);
+# `make run CORES=4` for fewer.
+CORES ?= $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
 # pytest processes (pytest-xdist, a test file per process at a time; tests/conftest.py): `make test TEST_WORKERS=1`
 TEST_WORKERS ?= 2
 TARGET ?= results/unet2d/fold0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test test-tf215 test-tf217 test-torch26 lint format bench clean venv venv-tf215 venv-tf217 venv-torch26 wheelhouse image
+.PHONY: run test test-tf215 test-tf217 test-torch26 lint format docs bench clean venv venv-tf215 venv-tf217 venv-torch26 wheelhouse image
 
 $(VENV)/.installed: requirements/*.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +99,11 @@ lint: venv
 format: venv
 	$(BIN)/ruff format workflow tests benchmarks scripts
 	$(BIN)/snakefmt Snakefile rules/
+
+# docs/configuration.md from the config schema (tests/accelpipe/test_config_reference.py checks
+# that the checked-in page is what this writes).
+docs: venv
+	$(BIN)/python -m accelpipe.schema_docs docs/configuration.md
 
 # Wheels for offline image builds (containers.offline: true, air-gapped sites, CI). With
 # PYTHON_VERSION (and FRAMEWORK: torch, tensorflow or both), also a wheelhouse per framework

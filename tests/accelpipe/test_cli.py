@@ -1,14 +1,20 @@
-"""The `accelpipe` command: user errors are one line on stderr with exit status 2."""
+"""The `accelpipe` command: user errors are one line on stderr with exit status 2, and
+every stage's --help ends with an example that runs."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-from accelpipe.cli import main
+from accelpipe import stages
+from accelpipe.cli import build_parser, check_config_json, main
 from accelpipe.runtime import RUNTIME_ENV
+from accelpipe.stages.examples import EXAMPLES
 
 
 def _raw(tmp_path: Path, cfg: str, *, dataset: str = "brats", out: str = "raw") -> list[str]:
@@ -152,3 +158,32 @@ def test_the_stage_reads_its_slice_with_the_configs_defaults(
     )
     assert main(_stage_argv("raw", tmp_path, '{"source": "synthetic"}')) == 0
     assert seen == [validate({})["datasets"]["coco"]]
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_subcommand_is_a_stage_with_an_example() -> None:
+    assert set(_subcommands()) == set(stages.MODULES) == set(EXAMPLES)
+
+
+@pytest.mark.parametrize("stage", sorted(stages.MODULES))
+def test_every_stage_help_has_an_example_that_parses_and_validates(
+    stage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`accelpipe <stage> --help` shows an example line `accelpipe <stage> ...`; it parses
+    with the real parser (the real argument names) and its --config-json is a slice the
+    stage takes."""
+    with pytest.raises(SystemExit) as done:
+        main([stage, "--help"])
+    assert done.value.code == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    found = [line for line in lines if re.match(rf"accelpipe {re.escape(stage)}(\s|$)", line)]
+    assert found, f"no example line in `accelpipe {stage} --help`"
+    for line in found:
+        args = build_parser().parse_args(shlex.split(line)[1:])
+        assert args.stage == stage
+        check_config_json(args)  # raises ConfigError naming the key if the slice is wrong

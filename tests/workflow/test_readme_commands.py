@@ -1,6 +1,7 @@
-"""Every snakemake command the README and the config comments print runs as printed: each is
-dry-run, word for word, in a workflow copy that has one finished run (results/compare
-needs one). Templates with `<placeholders>` are not commands and are left out."""
+"""Every snakemake command the README, the docs (docs/*.md) and the config comments print runs
+as printed: each is dry-run, word for word, in a workflow copy that has one finished run
+(results/compare needs one). Templates with `<placeholders>` are not commands and are left
+out."""
 
 from __future__ import annotations
 
@@ -37,16 +38,21 @@ def _shell_commands(block: str) -> list[str]:
     return commands
 
 
+# The pages that print commands: the README and every page under docs/.
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
 def printed_commands() -> dict[str, str]:
-    """`where: command` for every snakemake command the docs print."""
+    """`command: where` for every snakemake command the docs print."""
     found: dict[str, str] = {}
-    readme = (REPO / "README.md").read_text()
-    for block in SHELL_BLOCK.findall(readme):
-        for command in _shell_commands(block):
-            if command.lstrip().startswith("snakemake "):
-                found.setdefault(command, "README.md (shell block)")
-    for command in INLINE_CODE.findall(readme):
-        found.setdefault(command, "README.md (inline)")
+    for page in PAGES:
+        text, name = page.read_text(), str(page.relative_to(REPO))
+        for block in SHELL_BLOCK.findall(text):
+            for command in _shell_commands(block):
+                if command.lstrip().startswith("snakemake "):
+                    found.setdefault(command, f"{name} (shell block)")
+        for command in INLINE_CODE.findall(text):
+            found.setdefault(command, f"{name} (inline)")
     configs = [REPO / "config.yaml", REPO / ".test/config.yaml"]
     configs += sorted((REPO / "profiles").glob("*/config.yaml"))
     for config in configs:
@@ -64,6 +70,16 @@ def test_the_docs_print_the_commands_this_test_runs() -> None:
     assert any("--configfile .test/config.yaml" in c for c in COMMANDS)
     assert any("--profile profiles/slurm" in c for c in COMMANDS)
     assert any("results/compare" in c for c in COMMANDS)
+    # the README's quick start, one command per workload, and commands from every docs page
+    # that prints any (a page moved or renamed must not drop out silently)
+    readme = {c for c, where in COMMANDS.items() if where.startswith("README.md")}
+    for workload in ("unet2d/fold0", "swinunetr/default", "resnet50/fp32", "ssd/fp32"):
+        assert any(f"results/{workload}" in c for c in readme), workload
+    assert any("results/segmenter/fp32" in c for c in readme)
+    pages = {where.split(" ", 1)[0] for where in COMMANDS.values()}
+    for page in ("unet2d", "swinunetr", "resnet50", "ssd", "segmenter", "stages"):
+        assert f"docs/{page}.md" in pages, page
+    assert "docs/containers-and-clusters.md" in pages
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@
 Each stage reads its config slice (JSON, passed by the rule's params), writes
 its declared output atomically and a stage.json with timings beside the data.
 User-fixable problems exit with status 2 and one line naming the file or key.
+`accelpipe targets` and `accelpipe runs` are for a person: what the config can build,
+and the finished runs' headline numbers. Every stage's --help ends with an example.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from accelpipe import containers, leases, stages
 from accelpipe.config import load_slice, slice_schema, validate_slice
 from accelpipe.errors import AccelpipeError
 from accelpipe.runtime import read_runtime
+from accelpipe.stages import examples
 
 Handler = Callable[[argparse.Namespace], None]
 
@@ -32,13 +35,23 @@ def handler_for(stage: str) -> Handler:
     return getattr(module, "run_" + stage.replace("-", "_"))
 
 
+def _parser(sub: argparse._SubParsersAction, name: str, help_: str) -> argparse.ArgumentParser:
+    """A stage's sub-command, its example as the epilog of its --help."""
+    return sub.add_parser(
+        name,
+        help=help_,
+        epilog=examples.epilog(name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def _add(
     sub: argparse._SubParsersAction,
     name: str,
     help_: str,
     *options: tuple[str, str],
 ) -> argparse.ArgumentParser:
-    parser = sub.add_parser(name, help=help_)
+    parser = _parser(sub, name, help_)
     for flag, text in options:
         parser.add_argument(flag, required=True, help=text)
     return parser
@@ -135,9 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text, options, (flag, flag_help) in gathering:
         stage = _add(sub, name, help_text, *options, ("--out", f"{name} folder"))
         stage.add_argument(flag, nargs="+", required=True, help=flag_help)
-    doctor = sub.add_parser(
-        "doctor", help="check driver, framework build and devices before a long run"
-    )
+    doctor = _parser(sub, "doctor", "check driver, framework build and devices before a long run")
     doctor.add_argument(
         "--backend",
         choices=leases.BACKENDS,
@@ -161,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool", help="device ids jobs may use, e.g. 0,1 (default: accelerators.pool, else all)"
     )
     doctor.add_argument("--json", help="also write the report as JSON here")
-    images = sub.add_parser("images", help="tag or build the container image of a backend")
+    images = _parser(sub, "images", "tag or build the container image of a backend")
     images.add_argument("action", choices=("tag", "build"))
     images.add_argument("--backend", required=True, help="cpu, cuda, rocm or gaudi")
     images.add_argument("--framework", default="pytorch")
@@ -171,6 +182,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--offline", action="store_true", help="pip --no-index: docker/wheelhouse only"
     )
     images.add_argument("--docker-host", default=None, help="Engine API URL (default DOCKER_HOST)")
+    targets = _parser(sub, "targets", "list what `snakemake <target>` can build under the config")
+    targets.add_argument(
+        "--configfile",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="PATH",
+        help="config files over config.yaml, merged as snakemake's --configfile",
+    )
+    targets.add_argument(
+        "--config",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config values over those, as snakemake's --config",
+    )
+    targets.add_argument("--json", action="store_true", help="print the targets as JSON")
+    runs = _parser(sub, "runs", "list the runs under results/ with their headline numbers")
+    runs.add_argument("--results", default="results", help="the results folder (default: results)")
+    runs.add_argument("--json", action="store_true", help="print the runs as JSON")
     return parser
 
 

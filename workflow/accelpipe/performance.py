@@ -3,7 +3,7 @@ beside the published figure for the same workload, precision and device family, 
 the ratio to it is comparable (the figure's conditions match the run's) or indicative.
 
 The one definition of each figure, used by performance.json, the benchmark table, the grid
-and the compare page (README, "Performance figures"):
+and the compare page (docs/benchmarks.md, "Performance figures"):
 
 - throughput (the headline): samples over the wall time they took, over the measured steps:
   the logged steps after the first `performance.warmup_steps` of each attempt (tracing,

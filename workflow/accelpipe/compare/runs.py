@@ -22,18 +22,29 @@ AGGREGATES = ("cv", "grid", "benchmark", "compare")
 _RUN_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
+def run_folders(results: Path) -> list[Path]:
+    """Every `results/<workload>/<run>/` folder, finished or not (`accelpipe runs` lists the
+    unfinished ones too), in registry order, then by run name."""
+    order = list(registry.WORKLOADS)
+    runs = [
+        path
+        for path in results.glob("*/*")
+        if path.parent.name in registry.WORKLOADS
+        and _RUN_NAME.fullmatch(path.name)
+        and path.name not in AGGREGATES
+        and path.is_dir()
+    ]
+    return sorted(runs, key=lambda run: (order.index(run.parent.name), run.name))
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (run_dir / PROVENANCE).exists()
+
+
 def finished_runs(results: Path) -> list[Path]:
     """Every `results/<workload>/<run>/` with provenance.json, in registry order, then by
     run name."""
-    order = list(registry.WORKLOADS)
-    runs = [
-        path.parent
-        for path in results.glob(f"*/*/{PROVENANCE}")
-        if path.parent.parent.name in registry.WORKLOADS
-        and _RUN_NAME.fullmatch(path.parent.name)
-        and path.parent.name not in AGGREGATES
-    ]
-    return sorted(runs, key=lambda run: (order.index(run.parent.name), run.name))
+    return [run for run in run_folders(results) if is_finished(run)]
 
 
 def run_files(run_dir: Path) -> list[Path]:

@@ -24,6 +24,8 @@ MODULES = {
     "compare": "accelpipe.stages.compare",
     "images": "accelpipe.stages.images",
     "doctor": "accelpipe.stages.doctor",
+    "targets": "accelpipe.stages.targets",
+    "runs": "accelpipe.stages.runs",
 }
 # stages that call into one dataset's or one workload's module by name
 _PLUGINS = {

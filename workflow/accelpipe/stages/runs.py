@@ -1,0 +1,117 @@
+"""`runs`: the run folders under results/ with their headline numbers, for a person to read.
+
+Each run's numbers are its results/compare row (`compare.rows.read_row`): the workload's
+quality metric from metrics.json (`registry`), the throughput of the measured steps from
+performance.json (its one definition, `performance`), the time to train and the device. A run
+is complete when it is published (provenance.json) with both headline numbers; otherwise it is
+listed as incomplete with the reason (not published, published before performance.json, no
+metric, no measured step, a file that does not read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from accelpipe import registry
+from accelpipe.compare.rows import read_row
+from accelpipe.compare.runs import PERFORMANCE, PROVENANCE, is_finished, run_folders
+from accelpipe.errors import AccelpipeError
+
+FIELDS = (
+    "workload",
+    "run",
+    "metric",
+    "metric_value",
+    "samples_per_s",
+    "time_to_train_s",
+    "device",
+    "backend",
+    "precision",
+)
+
+
+def _row(run_dir: Path) -> dict[str, Any]:
+    """A run's headline numbers, whether it is complete and why not."""
+    workload, run = run_dir.parent.name, run_dir.name
+    empty = dict.fromkeys(FIELDS) | {
+        "workload": workload,
+        "run": run,
+        "metric": registry.workload(workload).metric,
+    }
+    if not is_finished(run_dir):
+        why = f"no {PROVENANCE}: not a published run; `snakemake {run_dir}` publishes it"
+        return empty | {"path": str(run_dir), "complete": False, "notes": [why]}
+    try:
+        row = read_row(run_dir, {})
+    except AccelpipeError as err:  # a file missing or not JSON: this run only
+        return empty | {"path": str(run_dir), "complete": False, "notes": [str(err)]}
+    notes = list(row["notes"])
+    if row["samples_per_s"] is None and (run_dir / PERFORMANCE).exists():
+        notes.append(f"{PERFORMANCE}: no measured throughput (no step after the warm-up)")
+    complete = row["metric_value"] is not None and row["samples_per_s"] is not None
+    return {k: row[k] for k in FIELDS} | {
+        "path": str(run_dir),
+        "complete": complete,
+        "notes": notes,
+    }
+
+
+def list_runs(results: Path) -> list[dict[str, Any]]:
+    """Every run folder under `results`, finished or not, in registry order, then by name."""
+    return [_row(run_dir) for run_dir in run_folders(results)]
+
+
+def _number(value: float | None, form: str) -> str:
+    return "-" if value is None else format(value, form)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    """One line a run, then one line per reason a run is incomplete."""
+    header = ("workload", "run", "quality", "samples/s", "time to train", "device", "status")
+    cells = [
+        (
+            row["workload"],
+            row["run"],
+            f"{row['metric']} {_number(row['metric_value'], '.4g')}",
+            _number(row["samples_per_s"], ".1f"),
+            _duration(row["time_to_train_s"]),
+            row["device"] or "-",
+            "complete" if row["complete"] else "INCOMPLETE",
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *cells)) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *cells)
+    ]
+    for row in rows:
+        lines += [f"incomplete {row['workload']}/{row['run']}: {note}" for note in row["notes"]]
+    return "\n".join(lines)
+
+
+def run_runs(args: argparse.Namespace) -> None:
+    results = Path(args.results)
+    rows = list_runs(results)
+    if args.json:
+        print(json.dumps({"results": str(results), "runs": rows}, indent=2))
+    elif not rows:
+        print(
+            f"no runs in {results}/ (no {results}/<workload>/<run>/ folder): make one with "
+            "e.g. `snakemake results/resnet50/fp32`; `accelpipe targets` lists them"
+        )
+    else:
+        print(_table(rows))
