@@ -56,7 +56,10 @@ def _unavailable(reason: str) -> None:
 
 
 def _run(*argv: str | Path, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, cwd="/")
+    # Bounded: a pip that waited on an index (it must not reach one) cannot hang the suite.
+    proc = subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, env=env, cwd="/", timeout=900
+    )
     assert proc.returncode == 0, f"{argv[:3]} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
     return proc.stdout
 
