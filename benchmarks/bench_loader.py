@@ -17,7 +17,7 @@ import yaml
 
 from accelpipe.config import validate
 from accelpipe.datasets import brats
-from accelpipe.datasets.slices import SliceBatches
+from accelpipe.inputs.slices import SliceBatches
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.models.dynunet2d import DynUNet2D
 

@@ -51,8 +51,8 @@ import yaml
 from accelpipe import optim
 from accelpipe.config import ProfileConfig, TrainConfig, validate, view
 from accelpipe.datasets import imagenet
-from accelpipe.datasets.imagefolder import IndexedImages, TrainTransform, make_loader
 from accelpipe.devices import torch_device
+from accelpipe.inputs.imagefolder import IndexedImages, TrainTransform, make_loader
 from accelpipe.models.resnet50 import ResNet
 from accelpipe.workloads.resnet50 import build_model
 from benchmarks.step_harness import (

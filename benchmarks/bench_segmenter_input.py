@@ -2,7 +2,7 @@
 
 Measured in this process on CPU (fp32), at one batch size for both sides:
 
-* input: the Segmenter training pipeline (datasets.ade20k_input.train_dataset: per-worker
+* input: the Segmenter training pipeline (inputs.ade20k_input.train_dataset: per-worker
   TFRecord readers, shuffle, repeat, parse, JPEG + PNG decode, label shift, mmseg's keep-ratio
   random rescale to (4 * crop, crop) x U(0.5, 2), RandomCrop with the cat_max_ratio retries,
   flip, PhotoMetricDistortion, normalisation, pad, batch, prefetch) over synthetic ADE20K
@@ -61,8 +61,8 @@ from accelpipe import stage_config
 from accelpipe.config import validate
 from accelpipe.datasets import ade20k
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.keras2 import tf
 from accelpipe.engines.tf_trainer import TFTrainer, TFTrainJob
+from accelpipe.keras2 import tf
 from accelpipe.workloads import segmenter
 
 TARGET = 3.0

@@ -51,8 +51,8 @@ from tf_bench import alternate, fetch_batches, same_weights, step_ratio
 
 from accelpipe.datasets.ade20k import IGNORE_INDEX
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_trainer import TFTrainJob
+from accelpipe.keras2 import keras, tf
 from accelpipe.models import segmenter
 from accelpipe.models.segmentation_loss import segmentation_loss
 from accelpipe.models.ssd_loss import l2_loss

@@ -2,7 +2,7 @@
 
 Measured in this process on CPU (fp32), at one batch size for both sides:
 
-* input: the SSD training pipeline (datasets.coco_input.train_dataset: interleaved TFRecord
+* input: the SSD training pipeline (inputs.coco_input.train_dataset: interleaved TFRecord
   readers, parse, shuffle, SSD random crop, flip, colour jitter, normalisation, anchor
   matching against models.ssd_boxes.default_boxes(), batch, prefetch) over synthetic COCO
   TFRecords made in a temp dir by the package's own code (coco.make_raw with source

@@ -44,8 +44,8 @@ from bench_ssd_input import (  # the sibling script (sys.path[0] when run as a s
 from tf_bench import alternate, fetch_batches, same_weights, step_ratio
 
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_trainer import TFTrainJob
+from accelpipe.keras2 import keras, tf
 from accelpipe.models import ssd_resnet34
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss
 

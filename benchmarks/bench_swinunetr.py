@@ -46,8 +46,9 @@ from monai.losses import DiceCELoss
 from monai.networks.nets import SwinUNETR
 
 from accelpipe.config import ProfileConfig, TrainConfig, run_train, validate, view
-from accelpipe.datasets import nsclc, volumes
+from accelpipe.datasets import nsclc
 from accelpipe.devices import torch_device
+from accelpipe.inputs import volumes
 from accelpipe.models.swinunetr import build_model
 from accelpipe.workloads.swinunetr import AUTO_PRECISION
 from benchmarks.step_harness import (

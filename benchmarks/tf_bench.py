@@ -18,8 +18,8 @@ import numpy as np
 from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import tf_device
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.keras2 import keras, tf
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
+from accelpipe.keras2 import keras, tf
 
 Step = Callable[[Any, Any], tf.Tensor]
 

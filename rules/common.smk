@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe import containers, preflight, provenance, registry, stage_config, targets
+from accelpipe import images, preflight, provenance, registry, stage_config, targets
 from accelpipe.codegraph import code_key, stage_code
 from accelpipe.compare.runs import finished_runs, run_files
 from accelpipe.config import run_train as run_train_settings
@@ -38,8 +38,8 @@ RUNTIME = config["runtime"]
 # container runtimes need them.
 IMAGES = (
     {
-        framework: containers.image_ref(
-            containers.spec_for(config["backend"], framework),
+        framework: images.image_ref(
+            images.spec_for(config["backend"], framework),
             config["containers"]["registry"],
         )
         for framework in registry.FRAMEWORKS

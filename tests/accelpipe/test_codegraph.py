@@ -102,9 +102,9 @@ def _code(stage: str, plugin: str | None = None) -> set[str]:
 
 def test_train_and_evaluate_list_what_the_old_hand_lists_missed() -> None:
     train = _code("train", "unet2d")
-    assert {"engines/torch_trainer.py", "distributed.py", "config.py"} <= train
+    assert {"engines/torch_trainer.py", "launch/torch_launch.py", "config.py"} <= train
     assert {"devices/__init__.py", "devices/torch_device.py"} <= train
-    assert {"workloads/unet2d.py", "models/dynunet2d.py", "datasets/slices.py"} <= train
+    assert {"workloads/unet2d.py", "models/dynunet2d.py", "inputs/slices.py"} <= train
     assert "engines/torch_trainer.py" in _code("evaluate", "unet2d")
 
 
@@ -113,7 +113,7 @@ def test_a_stage_does_not_list_code_it_never_imports() -> None:
     assert not any(p.startswith("traces") for p in train)
     assert "workloads/resnet50.py" not in train and "publish.py" not in train
     raw = _code("raw", "brats")
-    assert "distributed.py" not in raw and "engines/torch_trainer.py" not in raw
+    assert "launch/torch_launch.py" not in raw and "engines/torch_trainer.py" not in raw
     assert "datasets/nsclc.py" not in raw and "datasets/nsclc_synthetic.py" not in raw
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from accelpipe.config import TrainConfig
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.engines.keras2 import keras, tf
-from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.tf_trainer import TFTrainJob
+from accelpipe.keras2 import keras, tf
+from accelpipe.launch.tf_launch import InputShard
 
 STEPS_PER_EPOCH = 3
 BATCH = 4

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import containers
+from accelpipe import containers, images
 from tests.integration.conftest import BASE_IMAGE, copy_wheelhouse
 from tests.workflow.project import TINY_CONFIG, Project, head_commit, make_project
 
@@ -77,8 +77,8 @@ def test_outputs_belong_to_the_caller(docker_project: Project) -> None:
 
 def _python_in_image(engine, project: Project, code: str, workdir: Path, log: Path | None) -> int:
     """Run `python3 -c code` in the project's cpu image, as containers.run does for stages."""
-    image = containers.image_ref(
-        containers.spec_for("cpu", repo=project.root), "localhost", repo=project.root
+    image = images.image_ref(
+        images.spec_for("cpu", repo=project.root), "localhost", repo=project.root
     )
     return containers.run(
         engine,

@@ -32,7 +32,7 @@ TWO_TASKS = """
 import json, os, sys
 from pathlib import Path
 from accelpipe.config import TrainConfig, view
-from accelpipe.engines import tf_distributed
+from accelpipe.launch import tf_launch
 out = Path(sys.argv[1])
 train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2}
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
@@ -41,14 +41,14 @@ seen = {name: os.environ.get(name) for name in ("TF_CONFIG", *slurm)}
 if len(sys.argv) > 2:  # a task of the launcher's step: TF_CONFIG set by the wrapper
     from accelpipe.engines.tf_trainer import run_training
     from tests.helpers import tf_toy
-    index, world = tf_distributed.cluster()
+    index, world = tf_launch.cluster()
     (out / f"task{index}.json").write_text(json.dumps({**seen, "cluster": [index, world]}))
     facts = run_training(cfg, out, tf_toy.make_job)
     (out / f"facts{index}.json").write_text(json.dumps(facts))
 else:  # the launcher, with this script as the workers' command instead of the CLI
     (out / "launcher.json").write_text(json.dumps(seen))
-    tf_distributed.worker_command = lambda argv: [sys.executable, __file__, str(out), "worker"]
-    tf_distributed.launch_training(view(TrainConfig, train), ["train"], 2)
+    tf_launch.worker_command = lambda argv: [sys.executable, __file__, str(out), "worker"]
+    tf_launch.launch_training(view(TrainConfig, train), ["train"], 2)
 """
 
 
@@ -90,8 +90,8 @@ def test_two_srun_tasks_agree_on_the_cluster_and_train_like_one_process(
 ) -> None:
     from accelpipe.config import TrainConfig
     from accelpipe.devices import tf_device
-    from accelpipe.engines.keras2 import keras
     from accelpipe.engines.tf_trainer import MODEL_FILE, run_training
+    from accelpipe.keras2 import keras
     from tests.helpers import tf_toy
 
     two = tmp_path / "two"

@@ -154,8 +154,8 @@ def _planned_with(project: Project, module: str, edit) -> dict[str, int]:
     ("module", "reruns"),
     [
         ("models/dynunet2d.py", DOWNSTREAM_OF_TRAIN),
-        ("distributed.py", DOWNSTREAM_OF_TRAIN),  # train's launcher, not a data stage's
-        ("datasets/slices.py", DOWNSTREAM_OF_TRAIN),
+        ("launch/torch_launch.py", DOWNSTREAM_OF_TRAIN),  # train's launcher, not a data stage's
+        ("inputs/slices.py", DOWNSTREAM_OF_TRAIN),
         ("datasets/msd.py", DATA_AND_AFTER),
         ("traces", TRACE_AND_AFTER),  # the package's __init__ (or module)
         ("publish.py", {"publish_run"}),

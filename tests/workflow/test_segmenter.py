@@ -126,7 +126,7 @@ def test_two_worker_run_shards_the_data(project: Project) -> None:
 
 def test_pretrained_encoder_npz_is_checked_and_loaded(project: Project, tmp_path: Path) -> None:
     """An npz in the ViT layout, given by path with its sha256, lands in the encoder."""
-    from accelpipe.engines.keras2 import keras
+    from accelpipe.keras2 import keras
     from accelpipe.models import segmenter, vit_npz
 
     keras.utils.set_random_seed(3)
@@ -259,7 +259,7 @@ def test_shipped_config_learns_the_classes(tmp_path: Path) -> None:
 def _untrained_metrics(project: Project, out: Path) -> dict:
     from accelpipe import stage_config
     from accelpipe.config import validate
-    from accelpipe.engines.keras2 import keras
+    from accelpipe.keras2 import keras
     from accelpipe.workloads import segmenter
 
     work = project.root / "work/segmenter/fp32/train"

@@ -114,7 +114,7 @@ def test_pretrained_backbone_is_loaded_and_its_frozen_layers_kept(
     project: Project, tmp_path: Path
 ) -> None:
     """A backbone checkpoint given by path: the frozen stem leaves training as loaded."""
-    from accelpipe.engines.keras2 import keras
+    from accelpipe.keras2 import keras
     from accelpipe.models import ssd_resnet34
 
     keras.utils.set_random_seed(7)
@@ -154,7 +154,7 @@ def _untrained_metrics(project: Project, out: Path) -> dict:
     architecture."""
     from accelpipe import stage_config
     from accelpipe.config import validate
-    from accelpipe.engines.keras2 import keras
+    from accelpipe.keras2 import keras
     from accelpipe.models import ssd_resnet34
     from accelpipe.workloads import ssd
 

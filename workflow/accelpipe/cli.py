@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from accelpipe import containers, leases, stages
+from accelpipe import containers, images, leases, stages
 from accelpipe.config import load_slice, slice_schema, validate_slice
 from accelpipe.errors import AccelpipeError
 from accelpipe.runtime import read_runtime
@@ -312,7 +312,7 @@ def _run(
     engine = containers.client(runtime.get("docker_host"))
     build = runtime.get("build") or {}
     containers.build_once(
-        containers.spec_for(backend, args.framework),
+        images.spec_for(backend, args.framework),
         runtime["image"],
         engine,
         leases.default_lock_dir(),

@@ -15,10 +15,11 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from accelpipe.datasets import ade20k, ade20k_input, ade20k_tfrecord, image_bytes
+from accelpipe.datasets import ade20k, ade20k_tfrecord, image_bytes
 from accelpipe.datasets.ade20k_synthetic import synthesize
-from accelpipe.engines.tf_data_checks import checked
 from accelpipe.errors import DataError
+from accelpipe.inputs import ade20k_input
+from accelpipe.inputs.tf_data_checks import checked
 
 pytestmark = pytest.mark.tensorflow
 

@@ -14,10 +14,11 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from accelpipe.datasets import coco, coco_input, tfrecord
+from accelpipe.datasets import coco, tfrecord
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.image_bytes import jpeg_size
 from accelpipe.errors import DataError
+from accelpipe.inputs import coco_input
 
 FEATURES = {
     "image/encoded": tf.io.FixedLenFeature((), tf.string),

@@ -8,8 +8,8 @@ import types
 import pytest
 
 from accelpipe.devices import device_family, tf_device
-from accelpipe.engines.keras2 import keras, tf
 from accelpipe.errors import BackendUnavailableError, ConfigError
+from accelpipe.keras2 import keras, tf
 
 pytestmark = pytest.mark.tensorflow
 

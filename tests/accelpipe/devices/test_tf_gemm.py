@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from accelpipe.devices import tf_device, tf_gemm
-from accelpipe.engines.keras2 import tf
+from accelpipe.keras2 import tf
 
 pytestmark = pytest.mark.tensorflow
 

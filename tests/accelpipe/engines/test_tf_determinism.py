@@ -30,8 +30,8 @@ from accelpipe.datasets import ade20k, coco
 from accelpipe.datasets.ade20k_synthetic import synthesize as synthesize_ade20k
 from accelpipe.datasets.coco_synthetic import synthesize as synthesize_coco
 from accelpipe.devices import tf_device
-from accelpipe.engines.keras2 import keras
 from accelpipe.errors import DataError
+from accelpipe.keras2 import keras
 from tests.workflow.project import TINY_CONFIG
 
 pytestmark = pytest.mark.tensorflow

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from accelpipe.engines import tf_flops
-from accelpipe.engines.keras2 import keras, tf
+from accelpipe.keras2 import keras, tf
 
 pytestmark = pytest.mark.tensorflow
 

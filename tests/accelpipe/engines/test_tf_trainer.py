@@ -21,8 +21,6 @@ import pytest
 from accelpipe.config import ProfileConfig, TrainConfig
 from accelpipe.devices import power, tf_device
 from accelpipe.engines import ENGINES
-from accelpipe.engines.keras2 import keras, tf
-from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.tf_trainer import (
     MODEL_FILE,
     PROFILER_TABLE,
@@ -32,6 +30,8 @@ from accelpipe.engines.tf_trainer import (
 )
 from accelpipe.engines.train_log import LOG_FIELDS, SCALARS, SECTIONS
 from accelpipe.errors import ConfigError
+from accelpipe.keras2 import keras, tf
+from accelpipe.launch.tf_launch import InputShard
 from tests.helpers import tf_toy
 from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
@@ -304,7 +304,7 @@ TWO_WORKERS = """
 import json, os, sys
 from pathlib import Path
 from accelpipe.config import TrainConfig, view
-from accelpipe.engines import tf_distributed
+from accelpipe.launch import tf_launch
 from tests.helpers import tf_toy
 from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 out, mode = Path(sys.argv[1]), (sys.argv[2:] or ["plain"])[0]
@@ -312,7 +312,7 @@ train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2, "det
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
 if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launcher): train
     from accelpipe.engines.tf_trainer import run_training
-    index = tf_distributed.cluster()[0]
+    index = tf_launch.cluster()[0]
     if mode == "slow" and index == 1:  # worker 1 lingers after each checkpoint
         import time
         import tensorflow as tf
@@ -336,8 +336,8 @@ if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launche
     (out / f"facts{index}.json").write_text(json.dumps(facts))
     (out / f"returned{index}").write_text(repr(__import__("time").time()))
 else:  # the launcher, with this script as the workers' command instead of the CLI
-    tf_distributed.worker_command = lambda argv: [sys.executable, __file__, str(out), mode]
-    tf_distributed.launch_training(view(TrainConfig, train), [], 2)
+    tf_launch.worker_command = lambda argv: [sys.executable, __file__, str(out), mode]
+    tf_launch.launch_training(view(TrainConfig, train), [], 2)
 """
 
 

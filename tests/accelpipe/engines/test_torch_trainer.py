@@ -22,7 +22,6 @@ from accelpipe import engines, performance
 from accelpipe.config import ProfileConfig, ProfileSchedule, TrainConfig
 from accelpipe.devices import power
 from accelpipe.devices.torch_device import Device, resolve
-from accelpipe.distributed import DistContext, init_from_env
 from accelpipe.engines import MEMORY_SNAPSHOT
 from accelpipe.engines.torch_trainer import (
     CHECKPOINT,
@@ -35,6 +34,7 @@ from accelpipe.engines.torch_trainer import (
     seed_everything,
 )
 from accelpipe.engines.train_log import SCALARS
+from accelpipe.launch.torch_launch import DistContext, init_from_env
 from tests.helpers.fake_power import fake_pynvml, rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.performance_checks import measured_rows
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from accelpipe.cli import main
-from accelpipe.engines.keras2 import keras
 from accelpipe.engines.tf_trainer import run_training
+from accelpipe.keras2 import keras
 from accelpipe.traces import render_markdown, summarize_traces, write_summary
 from accelpipe.xspace import xspace_to_trace_json
 from tests.helpers import tf_toy

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from accelpipe.datasets.ade20k import NUM_CLASSES
-from accelpipe.datasets.ade20k_input import normalise
+from accelpipe.inputs.ade20k_input import normalise
 from accelpipe.workloads import segmenter
 
 pytestmark = pytest.mark.tensorflow

@@ -11,7 +11,7 @@ A `path:` source may hold another MSD task: images 3D (X, Y, Z) for one modality
 (X, Y, Z, C), any NIfTI variant nibabel reads (`accelpipe.datasets.nifti`); the channel count is
 the number of `modality` entries and the classes are the `labels` of its dataset.json.
 
-Prepared layout (what the 2D loader in `accelpipe.datasets.slices` reads)::
+Prepared layout (what the 2D loader in `accelpipe.inputs.slices` reads)::
 
     <out_dir>/<case>_x.npy   float32 (C, D, H, W)   z-scored image, axes (C, Z, Y, X)
     <out_dir>/<case>_y.npy   uint8   (1, D, H, W)   label

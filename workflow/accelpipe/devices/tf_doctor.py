@@ -9,7 +9,7 @@ collective backend, for one backend (`probe`). The judging is accelpipe.devices.
 - gaudi: habana_frameworks.tensorflow's load_habana_module, the HPUs it registers, the card
   type from habana_device, HCCL through habana_frameworks.tensorflow.distribute.HPUStrategy.
 
-TensorFlow is imported plainly (not through engines.keras2): the doctor asks about the build,
+TensorFlow is imported plainly (not through keras2): the doctor asks about the build,
 not Keras. Only the cpu path runs here; the others are tested with TensorFlow's functions and
 a `habana_frameworks` package stood in for.
 """

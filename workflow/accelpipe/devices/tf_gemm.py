@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.engines.keras2 import tf
 from accelpipe.flops import GemmResult, gemm_tflops
+from accelpipe.keras2 import tf
 
 MEASURED_BY = "tf.linalg.matmul (eager)"
 SIZES = {"cpu": 2048}  # anything else: ACCELERATOR_SIZE

@@ -10,13 +10,13 @@ outside it (`loader_first`, `loader_next`, `step`) and the step markers are prof
 `Trace` events. Each profiler cycle's XSpace is converted to a Chrome-trace JSON (xprof)
 for the one trace summarizer.
 
-With `train.devices` > 1 the stage launches one worker per device (engines.tf_distributed)
+With `train.devices` > 1 the stage launches one worker per device (launch.tf_launch)
 and each trains under MultiWorkerMirroredStrategy (Habana's HPUStrategy on gaudi:
 tf_device.multi_worker_strategy) on its own shard of the data; worker 0 writes the log,
 checkpoints, traces and weights.
 
 A workload supplies the model, the loss, the per-epoch dataset and the optimizer; Keras 2
-comes from engines.keras2 on every TensorFlow this supports (2.15 to 2.21).
+comes from keras2 on every TensorFlow this supports (2.15 to 2.21).
 
 `train.deterministic` (the schema's default: on) makes a run a function of its config and
 seed: Keras, NumPy and Python seeded as before, TensorFlow's op determinism on
@@ -49,21 +49,21 @@ from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import tf_device, tf_gemm
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.distributed import check_global_batch
 from accelpipe.engines import (
     ENGINES,
     power_facts,
     power_meter,
     run_facts,
-    tf_distributed,
     tf_flops,
 )
-from accelpipe.engines.keras2 import keras, tf
-from accelpipe.engines.tf_data_checks import data_errors
-from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
+from accelpipe.inputs.tf_data_checks import data_errors
 from accelpipe.io import write_text
+from accelpipe.keras2 import keras, tf
+from accelpipe.launch import tf_launch
+from accelpipe.launch.tf_launch import InputShard
+from accelpipe.launch.torch_launch import check_global_batch
 from accelpipe.xspace import xspace_to_op_table, xspace_to_trace_json
 
 MODEL_FILE = ENGINES["tensorflow"].weights
@@ -98,7 +98,7 @@ JobFactory = Callable[[TrainConfig, TFDevice], TFTrainJob]
 limit_threads = tf_device.limit_threads
 
 
-launch_training = tf_distributed.launch_training
+launch_training = tf_launch.launch_training
 
 
 def in_worker() -> bool:
@@ -125,7 +125,7 @@ def _run_training(
     cfg: dict[str, Any], work_dir: Path, make_job: JobFactory, deterministic: bool
 ) -> dict[str, Any]:
     train_cfg = view(TrainConfig, cfg["train"])
-    index, world = tf_distributed.cluster()
+    index, world = tf_launch.cluster()
     with power_meter(cfg["backend"], writes_log=index == 0) as meter:
         check_global_batch(train_cfg.batch_size, world)
         # The strategy must exist before TensorFlow runs any op; one process: no strategy.

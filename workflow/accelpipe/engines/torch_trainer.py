@@ -32,12 +32,11 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelpipe import distributed, optim
+from accelpipe import optim
 from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import torch_device, torch_gemm
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.torch_device import Device
-from accelpipe.distributed import DistContext
 from accelpipe.engines import (
     ENGINES,
     MEMORY_SNAPSHOT,
@@ -56,6 +55,8 @@ from accelpipe.engines.train_log import (
     truncate_log,
 )
 from accelpipe.io import write_text
+from accelpipe.launch import torch_launch
+from accelpipe.launch.torch_launch import DistContext
 
 __all__ = ["LOG_FIELDS", "SECTIONS", "TrainJob", "Trainer", "load_for_eval", "run_training"]
 (CHECKPOINT,) = ENGINES["pytorch"].checkpoints
@@ -95,8 +96,8 @@ JobFactory = Callable[[TrainConfig, Device, DistContext], TrainJob]
 # them on the workload's engine. Threads: torch's intra-op pool; launch: torchrun (srun under
 # Slurm) starting one process per device, each rerunning the stage as a worker.
 limit_threads = torch_device.limit_threads
-launch_training = distributed.launch_training
-in_worker = distributed.in_worker
+launch_training = torch_launch.launch_training
+in_worker = torch_launch.in_worker
 
 
 def run_training(
@@ -118,13 +119,13 @@ def run_training(
         cfg["backend"],
         train_cfg.precision,
         train_cfg.channels_last,
-        distributed.local_rank(),
+        torch_launch.local_rank(),
         auto_precision,
     )
-    ctx = distributed.init_from_env(device)
+    ctx = torch_launch.init_from_env(device)
     try:
         with power_meter(cfg["backend"], writes_log=ctx.is_main) as meter:
-            distributed.check_global_batch(train_cfg.batch_size, ctx.world_size)
+            torch_launch.check_global_batch(train_cfg.batch_size, ctx.world_size)
             seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
             job = make_job(train_cfg, device, ctx)
             profile = ProfileConfig.from_slice(cfg.get("profile", {}))

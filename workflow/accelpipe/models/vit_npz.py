@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from accelpipe.engines.keras2 import keras, tf
 from accelpipe.errors import DataError
+from accelpipe.keras2 import keras, tf
 from accelpipe.models.vit import encoder_blocks
 
 POS_KEY = "Transformer/posembed_input/pos_embedding"

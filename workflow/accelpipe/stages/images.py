@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from accelpipe import containers
+from accelpipe import containers, images
 
 
 def run_images(args: argparse.Namespace) -> None:
-    spec = containers.spec_for(args.backend, args.framework)
-    ref = containers.image_ref(spec, args.registry)
+    spec = images.spec_for(args.backend, args.framework)
+    ref = images.image_ref(spec, args.registry)
     if args.action == "tag":
         print(ref)
         return
@@ -19,7 +19,7 @@ def run_images(args: argparse.Namespace) -> None:
 
 
 def _build(
-    spec: containers.ImageSpec,
+    spec: images.ImageSpec,
     ref: str,
     docker_host: str | None,
     base_image: str | None,

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from accelpipe import distributed, engines, provenance, registry, workloads
+from accelpipe import engines, provenance, registry, workloads
 from accelpipe.config import TrainConfig, load_slice, view
 from accelpipe.errors import ConfigError
+from accelpipe.launch import torch_launch
 
 
 def resume_dir(out: Path, args: argparse.Namespace) -> Path:
@@ -55,7 +56,7 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
 def _check_launch(args: argparse.Namespace, cfg: TrainConfig) -> None:
     """User errors a launch would only meet inside the workers: report them here, status 2."""
     world = cfg.devices * cfg.nodes
-    distributed.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
+    torch_launch.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
     if 0 < args.accel < cfg.devices:  # one leased device per process on this node
         raise ConfigError(
             f"config key '{args.workload}.train.devices': {cfg.devices} processes per node, but "
@@ -88,7 +89,7 @@ def _resume_state_only(work_dir: Path, checkpoints: tuple[str, ...]) -> Iterator
 def run_train(args: argparse.Namespace) -> None:
     """Train here, or launch the workers; in the workers rank 0 finishes the stage
     (stage.json, renaming the work dir onto --out)."""
-    started = distributed.stage_started()
+    started = torch_launch.stage_started()
     spec = engines.for_workload(args.workload)
     engine = importlib.import_module(spec.module)
     cfg = load_slice(args.config_json)

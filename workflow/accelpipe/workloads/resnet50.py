@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from accelpipe import distributed
 from accelpipe.config import TrainConfig
-from accelpipe.datasets.imagefolder import EvalTransform, IndexedImages, TrainTransform, make_loader
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
+from accelpipe.inputs.imagefolder import EvalTransform, IndexedImages, TrainTransform, make_loader
 from accelpipe.io import read_json, write_json
+from accelpipe.launch import torch_launch
 from accelpipe.metrics import topk_correct
 from accelpipe.models.resnet50 import ResNet
 
@@ -55,7 +55,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     size = cfg["model"]["image_size"]
 
     def make_job(
-        train_cfg: TrainConfig, device: torch_device.Device, ctx: distributed.DistContext
+        train_cfg: TrainConfig, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         dataset = IndexedImages(prepared, "train", TrainTransform(size=size))
         sampler = None

@@ -4,7 +4,7 @@ transformer decoder, the pixel cross-entropy and mmseg's mIoU to the TensorFlow 
 Recipe as Segmenter (rstrudel/segmenter, not the hackathon's adaptation): Nesterov SGD,
 momentum 0.9, no weight decay, poly decay (power 0.9) from lr to min_lr over every step,
 logits upsampled and scored by cross-entropy with label 255 ignored. Labels are shifted
-once, in the input pipeline (datasets.ade20k_input): raw 0 -> 255, k -> k - 1.
+once, in the input pipeline (inputs.ade20k_input): raw 0 -> 255, k -> k - 1.
 
 Evaluation as Segmenter's single-scale numbers: each validation image resized keep-ratio
 to `evaluate.short_side`, sliding windows of the training size (stride = window on
@@ -26,15 +26,15 @@ import numpy as np
 
 from accelpipe.config import TrainConfig
 from accelpipe.datasets.ade20k import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
-from accelpipe.datasets.ade20k_input import eval_dataset, normalise, train_dataset
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.keras2 import keras, tf
-from accelpipe.engines.tf_data_checks import checked
-from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import DataError
+from accelpipe.inputs.ade20k_input import eval_dataset, normalise, train_dataset
+from accelpipe.inputs.tf_data_checks import checked
 from accelpipe.io import read_json, write_json
+from accelpipe.keras2 import keras, tf
+from accelpipe.launch.tf_launch import InputShard
 from accelpipe.metrics import SegmentationCounts
 from accelpipe.models import segmenter, vit_npz
 from accelpipe.models.segmentation_loss import segmentation_loss

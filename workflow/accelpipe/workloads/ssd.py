@@ -21,15 +21,15 @@ from typing import Any
 import numpy as np
 
 from accelpipe.config import TrainConfig
-from accelpipe.datasets.coco_input import eval_dataset, train_dataset
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.keras2 import keras, tf
-from accelpipe.engines.tf_data_checks import checked
-from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import DataError
+from accelpipe.inputs.coco_input import eval_dataset, train_dataset
+from accelpipe.inputs.tf_data_checks import checked
 from accelpipe.io import read_json, write_json
+from accelpipe.keras2 import keras, tf
+from accelpipe.launch.tf_launch import InputShard
 from accelpipe.models import ssd_resnet34
 from accelpipe.models.ssd_boxes import default_boxes
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss

@@ -20,12 +20,12 @@ import torch
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
-from accelpipe import distributed
 from accelpipe.config import TrainConfig
-from accelpipe.datasets import volumes
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
+from accelpipe.inputs import volumes
 from accelpipe.io import read_json, write_json
+from accelpipe.launch import torch_launch
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.swinunetr import build_model
 
@@ -44,7 +44,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     label = read_json(prepared / "datalist.json").get("label", "GTV-1")
 
     def make_job(
-        train_cfg: TrainConfig, device: torch_device.Device, ctx: distributed.DistContext
+        train_cfg: TrainConfig, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         train = cfg["train"]
         loader = volumes.train_loader(

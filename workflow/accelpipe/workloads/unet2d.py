@@ -5,7 +5,7 @@ dataset.json), so a `path:` copy of another MSD task is scored on its own labels
 
 Runs are folds: `fold0` .. `fold<k-1>` of the 5-fold split written by prepare.
 
-Training may span several processes (started by torchrun, see `accelpipe.distributed`): each
+Training may span several processes (started by torchrun, see `accelpipe.launch.torch_launch`): each
 rank loads its shard of the global batch and rank 0 writes the outputs. The Dice term is a batch
 Dice over each rank's shard, as in the reference's multi-GPU runs, so a run on N processes
 follows, but does not equal, the one-process run. Evaluation stays one process.
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from accelpipe import distributed
 from accelpipe.config import TrainConfig
-from accelpipe.datasets.slices import SliceBatches
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.errors import ConfigError
+from accelpipe.inputs.slices import SliceBatches
 from accelpipe.io import read_json, write_json
+from accelpipe.launch import torch_launch
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
@@ -67,7 +67,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     cases = split(prepared, run)["train"]
 
     def make_job(
-        train_cfg: TrainConfig, device: torch_device.Device, ctx: distributed.DistContext
+        train_cfg: TrainConfig, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         steps = train_cfg.steps_per_epoch or len(cases)
 

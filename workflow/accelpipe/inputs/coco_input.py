@@ -24,7 +24,7 @@ import numpy as np
 
 from accelpipe.datasets import tfrecord
 from accelpipe.datasets.tfrecord import keyed, worker_records
-from accelpipe.engines.keras2 import tf
+from accelpipe.keras2 import tf
 from accelpipe.models.ssd_boxes import encode_labels
 
 IMAGE_SIZE = 300

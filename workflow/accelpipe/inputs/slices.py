@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from accelpipe.errors import DataError
-from accelpipe.transforms import BatchAugment
+from accelpipe.inputs.transforms import BatchAugment
 
 
 def _open(path: Path) -> np.ndarray:

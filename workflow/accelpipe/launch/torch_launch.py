@@ -6,13 +6,13 @@ place through the environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_
 of one and creates no process group, so single-device runs pay nothing. `launch_command` builds
 the torchrun command (wrapped in srun under Slurm) that `accelpipe train` re-executes itself
 through when a job asks for more than one process; its Slurm rules (`srun_command`,
-`slurm_hostnames`) and `run_workers` serve the TensorFlow launcher too (engines.tf_distributed).
+`slurm_hostnames`) and `run_workers` serve the TensorFlow launcher too (launch.tf_launch).
 torch is imported only where a process group is used, so the launching process stays light.
 
 Typical use in a workload::
 
-    device = devices.resolve(backend, index=distributed.local_rank())
-    ctx = distributed.init_from_env(device)
+    device = devices.resolve(backend, index=torch_launch.local_rank())
+    ctx = torch_launch.init_from_env(device)
     try:
         ...  # Trainer(..., dist=ctx); only ctx.is_main writes files
     finally:

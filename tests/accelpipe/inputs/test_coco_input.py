@@ -1,4 +1,4 @@
-"""Tests for accelpipe.datasets.coco_input, the tf.data SSD input pipeline: the class table,
+"""Tests for accelpipe.inputs.coco_input, the tf.data SSD input pipeline: the class table,
 parsing of the converter's records, the SSD crop (with the crop read back from a coordinate
 image), the flip, the normalisation, worker sharding, and the train and eval datasets on a
 small synthetic COCO prepared by coco.prepare."""
@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from accelpipe.datasets import coco, coco_input, tfrecord
+from accelpipe.datasets import coco, tfrecord
 from accelpipe.datasets.coco_instances import Box, ImageRecord
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.coco_tfrecord import encode
-from accelpipe.engines.keras2 import tf
 from accelpipe.errors import DataError
+from accelpipe.inputs import coco_input
+from accelpipe.keras2 import tf
 from accelpipe.models.ssd_boxes import NUM_BOXES, default_boxes
 from tests.helpers.tf_pipelines import parallel, stateful_ops
 

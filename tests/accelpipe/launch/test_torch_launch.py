@@ -21,16 +21,16 @@ from torch.utils.data import DataLoader
 from accelpipe import cli
 from accelpipe.config import validate
 from accelpipe.datasets import brats
-from accelpipe.datasets.slices import SliceBatches
 from accelpipe.devices.torch_device import resolve
-from accelpipe.distributed import (
+from accelpipe.errors import ConfigError, DataError
+from accelpipe.inputs.slices import SliceBatches
+from accelpipe.launch.torch_launch import (
     DistContext,
     backend_for,
     check_global_batch,
     init_from_env,
     launch_command,
 )
-from accelpipe.errors import ConfigError, DataError
 
 pytestmark = pytest.mark.torch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accelpipe import transforms as T
+from accelpipe.inputs import transforms as T
 
 pytestmark = pytest.mark.torch
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.datasets import nsclc, volumes
+from accelpipe.datasets import nsclc
 from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.errors import DataError
+from accelpipe.inputs import volumes
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""Tests for accelpipe.datasets.ade20k_input, the tf.data Segmenter input pipeline: the one
+"""Tests for accelpipe.inputs.ade20k_input, the tf.data Segmenter input pipeline: the one
 label shift, parsing, mmseg's keep-ratio rescale rule, the cat_max_ratio crop, padding,
 photometric distortion, normalisation, worker sharding, and the train and eval datasets on a
 small synthetic ADE20K prepared by ade20k.prepare."""
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from accelpipe.datasets import ade20k, ade20k_input
+from accelpipe.datasets import ade20k
 from accelpipe.datasets.ade20k_synthetic import CLASSES_USED, synthesize
-from accelpipe.engines.keras2 import tf
 from accelpipe.errors import DataError
+from accelpipe.inputs import ade20k_input
+from accelpipe.keras2 import tf
 from tests.helpers.tf_pipelines import parallel, stateful_ops
 
 pytestmark = pytest.mark.tensorflow

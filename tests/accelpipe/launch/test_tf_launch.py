@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from accelpipe.config import TrainConfig, view
-from accelpipe.engines import tf_distributed
-from accelpipe.engines.tf_distributed import PORTS_ENV, cluster, slurm_command, slurm_worker_env
 from accelpipe.errors import AccelpipeError, ConfigError
+from accelpipe.launch import tf_launch
+from accelpipe.launch.tf_launch import PORTS_ENV, cluster, slurm_command, slurm_worker_env
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER = ["python", "-m", "accelpipe", "train", "--workload", "ssd"]
-WRAPPER = [sys.executable, "-m", "accelpipe.engines.tf_distributed"]
+WRAPPER = [sys.executable, "-m", "accelpipe.launch.tf_launch"]
 SLURM_ENV = (
     *("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
     *("SLURM_CPUS_PER_TASK", "SLURM_JOB_CPUS_PER_NODE", "SLURM_STEP_ID", "SLURM_NTASKS"),
@@ -118,12 +118,12 @@ def test_under_slurm_the_launch_runs_the_step_with_the_ports_and_thread_share(
 ) -> None:
     """One node too: under Slurm every multi-worker launch is an srun step."""
     ran = []
-    monkeypatch.setattr(tf_distributed, "run_workers", lambda cmd, env: ran.append((cmd, env)))
+    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env: ran.append((cmd, env)))
     argv = ["train", "--workload", "ssd", "--run", "r0"]
-    tf_distributed.launch_training(_cfg(2, 1), argv, threads=8)
+    tf_launch.launch_training(_cfg(2, 1), argv, threads=8)
     ((cmd, env),) = ran
     assert cmd[:3] == ["srun", "--ntasks-per-node=2", "--nodes=1"]
-    worker = [sys.executable, "-m", "accelpipe", *argv]  # tf_distributed.worker_command
+    worker = [sys.executable, "-m", "accelpipe", *argv]  # tf_launch.worker_command
     assert cmd[-len(worker) - len(WRAPPER) :] == [*WRAPPER, *worker]
     ports = [int(p) for p in env[PORTS_ENV].split(",")]
     assert len(ports) == 2 and len(set(ports)) == 2
@@ -133,9 +133,9 @@ def test_under_slurm_the_launch_runs_the_step_with_the_ports_and_thread_share(
 def test_a_failed_step_fails_the_stage_with_its_status(
     job: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tf_distributed, "run_workers", lambda cmd, env: 3)
+    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env: 3)
     with pytest.raises(SystemExit) as exc:
-        tf_distributed.launch_training(_cfg(2, 2), ["train"], threads=2)
+        tf_launch.launch_training(_cfg(2, 2), ["train"], threads=2)
     assert exc.value.code == 3
 
 
@@ -145,7 +145,7 @@ def test_several_nodes_outside_slurm_is_a_one_line_config_error_naming_the_key(
     started = []
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
     with pytest.raises(ConfigError) as exc:
-        tf_distributed.launch_training(_cfg(2, 2), ["train", "--workload", "ssd"], threads=2)
+        tf_launch.launch_training(_cfg(2, 2), ["train", "--workload", "ssd"], threads=2)
     message = str(exc.value)
     assert message.startswith("config key 'ssd.train.nodes': 2 nodes need a Slurm allocation")
     assert "\n" not in message
@@ -244,7 +244,7 @@ def test_the_wrapper_outside_a_step_fails_with_one_line(job: dict[str, str]) -> 
     assert proc.returncode == 2 and not proc.stdout
     assert proc.stderr.strip().splitlines() == [
         "accelpipe TensorFlow worker: SLURM_PROCID is not set: a TensorFlow worker task must be "
-        "started by the Slurm launch of accelpipe.engines.tf_distributed"
+        "started by the Slurm launch of accelpipe.launch.tf_launch"
     ]
 
 
@@ -256,7 +256,7 @@ def test_the_first_worker_to_fail_is_reported_while_an_earlier_one_still_runs() 
     stuck = subprocess.Popen(["sleep", "600"])
     failing = subprocess.Popen(["sh", "-c", "exit 3"])
     try:
-        assert tf_distributed._first_failure([stuck, failing], poll_s=0.01) == 3
+        assert tf_launch._first_failure([stuck, failing], poll_s=0.01) == 3
         assert stuck.poll() is None  # still running: the launcher terminates it next
     finally:
         stuck.kill()
@@ -265,5 +265,5 @@ def test_the_first_worker_to_fail_is_reported_while_an_earlier_one_still_runs() 
 
 def test_all_workers_succeeding_is_status_0() -> None:
     procs = [subprocess.Popen(["true"]), subprocess.Popen(["sh", "-c", "sleep 0.1"])]
-    assert tf_distributed._first_failure(procs, poll_s=0.01) == 0
+    assert tf_launch._first_failure(procs, poll_s=0.01) == 0
     assert [p.returncode for p in procs] == [0, 0]

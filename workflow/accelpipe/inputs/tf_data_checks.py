@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from accelpipe.datasets.tfrecord import find_damaged
-from accelpipe.engines.keras2 import tf
 from accelpipe.errors import DataError
+from accelpipe.keras2 import tf
 
 Element = TypeVar("Element")
 

@@ -14,7 +14,7 @@ Two launches:
   is a ConfigError naming `<workload>.train.nodes`, as on the PyTorch side.
 * Under a Slurm allocation (SLURM_JOB_ID set), whenever there is more than one worker, one
   node or several: one `srun` step of `devices` tasks per node, with the PyTorch launcher's
-  rules (`distributed.srun_command`: the job must have the nodes, inside a job step the new
+  rules (`torch_launch.srun_command`: the job must have the nodes, inside a job step the new
   one overlaps it, the job's CPUs per task are split over a node's tasks, or overcommitted
   where they are fewer), plus the task count (else srun takes the job's SLURM_NTASKS), block
   distribution (ranks fill the nodes in order, which TF_CONFIG relies on) and
@@ -23,7 +23,7 @@ Two launches:
   time limit reach them, a failure stops the step), and the one-node launch is the multi-node
   one, so a single-node Slurm tests the multi-node path.
 
-Each Slurm task runs this module (`python -m accelpipe.engines.tf_distributed <worker
+Each Slurm task runs this module (`python -m accelpipe.launch.tf_launch <worker
 command>`), which derives TF_CONFIG from the step's variables (`slurm_worker_env`) and
 execs the worker: the index is SLURM_PROCID, the cluster is SLURM_STEP_NODELIST (expanded by
 `scontrol show hostnames`, Slurm's own order) times SLURM_STEP_TASKS_PER_NODE, and task j
@@ -56,14 +56,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accelpipe.config import TrainConfig
-from accelpipe.distributed import (
+from accelpipe.errors import AccelpipeError
+from accelpipe.launch.torch_launch import (
     require_slurm,
     run_workers,
     slurm_counts,
     slurm_hostnames,
     srun_command,
 )
-from accelpipe.errors import AccelpipeError
 
 log = logging.getLogger(__name__)
 # The lease's visibility variables: each worker keeps the one device of its index.
@@ -135,7 +135,7 @@ def slurm_command(devices: int, nodes: int, cmd: list[str], key: str) -> list[st
         *srun_command(nodes, devices, key),
         "--distribution=block",
         "--kill-on-bad-exit=1",
-        *(sys.executable, "-m", "accelpipe.engines.tf_distributed"),
+        *(sys.executable, "-m", "accelpipe.launch.tf_launch"),
         *cmd,
     ]
 
@@ -208,7 +208,7 @@ def slurm_worker_env(environ: Mapping[str, str]) -> dict[str, str]:
     except KeyError as err:
         raise AccelpipeError(
             f"{err.args[0]} is not set: a TensorFlow worker task must be started by the Slurm "
-            "launch of accelpipe.engines.tf_distributed"
+            "launch of accelpipe.launch.tf_launch"
         ) from None
     hosts = slurm_hostnames(nodelist)
     counts = slurm_counts("SLURM_STEP_TASKS_PER_NODE", per_node)

@@ -14,11 +14,11 @@ import pytest
 from accelpipe.config import TrainConfig
 from accelpipe.datasets import tfrecord
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.engines.keras2 import tf
-from accelpipe.engines.tf_data_checks import check, checked, data_errors
-from accelpipe.engines.tf_distributed import InputShard
 from accelpipe.engines.tf_trainer import TFTrainJob, run_training
 from accelpipe.errors import DataError
+from accelpipe.inputs.tf_data_checks import check, checked, data_errors
+from accelpipe.keras2 import tf
+from accelpipe.launch.tf_launch import InputShard
 from tests.helpers import tf_toy
 
 pytestmark = pytest.mark.tensorflow

@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from accelpipe.datasets import brats
-from accelpipe.datasets.slices import SliceBatches
 from accelpipe.errors import DataError
+from accelpipe.inputs.slices import SliceBatches
 
 pytestmark = pytest.mark.torch
 

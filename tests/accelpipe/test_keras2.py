@@ -1,4 +1,4 @@
-"""Keras 2 on every TensorFlow the engine supports (accelpipe.engines.keras2): `tf.keras` up to
+"""Keras 2 on every TensorFlow the engine supports (accelpipe.keras2): `tf.keras` up to
 TF 2.15, the tf-keras package of the same release from TF 2.16. Runs under TF 2.15, 2.17 and
 2.21 (make test-tf215, test-tf217): each case sets the release it is about itself."""
 
@@ -9,9 +9,9 @@ from types import ModuleType
 
 import pytest
 
-from accelpipe.engines import keras2
-from accelpipe.engines.keras2 import keras, tf
+from accelpipe import keras2
 from accelpipe.errors import BackendUnavailableError
+from accelpipe.keras2 import keras, tf
 
 pytestmark = pytest.mark.tensorflow
 

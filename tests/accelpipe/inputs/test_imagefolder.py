@@ -12,7 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from accelpipe.datasets.imagefolder import (
+from accelpipe.errors import DataError
+from accelpipe.inputs.imagefolder import (
     MEAN,
     STD,
     EvalTransform,
@@ -22,7 +23,6 @@ from accelpipe.datasets.imagefolder import (
     random_resized_crop_box,
     to_normalized_tensor,
 )
-from accelpipe.errors import DataError
 
 pytestmark = pytest.mark.torch
 

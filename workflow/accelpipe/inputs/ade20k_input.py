@@ -4,7 +4,7 @@
 Labels: the records hold the raw annotation PNG (0 = unlabelled, k = class k in 1..150).
 `check_label` checks every decoded label's values (prepare checks them only with
 verify_labels: it would decode each PNG a second time); a value above 150 stops training or
-evaluation with one DataError naming the annotation (engines.tf_data_checks).
+evaluation with one DataError naming the annotation (inputs.tf_data_checks).
 `shift_labels` is the one place they become training labels (0 -> IGNORE_INDEX 255,
 k -> k - 1: mmseg `reduce_zero_label`); both datasets below apply it right after decoding.
 
@@ -34,8 +34,8 @@ from pathlib import Path
 from accelpipe.datasets import tfrecord
 from accelpipe.datasets.ade20k import IGNORE_INDEX, NUM_CLASSES
 from accelpipe.datasets.tfrecord import keyed, worker_records
-from accelpipe.engines.keras2 import tf
-from accelpipe.engines.tf_data_checks import check
+from accelpipe.inputs.tf_data_checks import check
+from accelpipe.keras2 import tf
 
 SCALE_RANGE = (0.5, 2.0)
 CAT_MAX_RATIO = 0.75
