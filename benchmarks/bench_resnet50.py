@@ -51,6 +51,7 @@ import yaml
 from accelpipe import optim
 from accelpipe.config import ProfileConfig, TrainConfig, validate, view
 from accelpipe.datasets import imagenet
+from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs.imagefolder import IndexedImages, TrainTransform, make_loader
 from accelpipe.models.resnet50 import ResNet
@@ -222,8 +223,9 @@ def measure_loader(
 
 def prepare_data(imagenet_cfg: dict[str, Any], tmp: Path) -> Path:
     (tmp / "downloads").mkdir()
-    imagenet.make_raw(imagenet_cfg, tmp / "raw", downloads=tmp / "downloads")
-    return imagenet.prepare_variant("index", tmp / "raw", tmp / "prepared", {}, workers=1)
+    make_raw(imagenet.SOURCES, imagenet_cfg, tmp / "raw", tmp / "downloads")
+    options = {"prepare": {}}
+    return imagenet.prepare_variant("index", tmp / "raw", tmp / "prepared", options, workers=1)
 
 
 def main() -> None:

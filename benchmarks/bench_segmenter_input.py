@@ -6,8 +6,8 @@ Measured in this process on CPU (fp32), at one batch size for both sides:
   TFRecord readers, shuffle, repeat, parse, JPEG + PNG decode, label shift, mmseg's keep-ratio
   random rescale to (4 * crop, crop) x U(0.5, 2), RandomCrop with the cat_max_ratio retries,
   flip, PhotoMetricDistortion, normalisation, pad, batch, prefetch) over synthetic ADE20K
-  TFRecords made in a temp dir by the package's own code (ade20k.make_raw with source
-  `synthetic`, ade20k.prepare_variant("tfrecord", ...)), images of `--size` (default 683x512,
+  TFRecords made in a temp dir by the package's own code (sources.make_raw with ade20k's
+  `synthetic` source, ade20k.prepare_variant("tfrecord", ...)), images of `--size` (default 683x512,
   ADE20K's typical size, +-20 % aspect as the synthesizer draws them) so decoding and
   rescaling cost what they do. The dataset is the job's own `dataset(epoch, shard)`, i.e.
   train_dataset(files, batch, crop=image_size, seed, num_workers=1, index=0, scale).

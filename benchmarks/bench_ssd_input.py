@@ -5,9 +5,9 @@ Measured in this process on CPU (fp32), at one batch size for both sides:
 * input: the SSD training pipeline (inputs.coco_input.train_dataset: interleaved TFRecord
   readers, parse, shuffle, SSD random crop, flip, colour jitter, normalisation, anchor
   matching against models.ssd_boxes.default_boxes(), batch, prefetch) over synthetic COCO
-  TFRecords made in a temp dir by the package's own code (coco.make_raw with source
-  `synthetic`, coco.prepare_variant("tfrecord", ...)), JPEGs at `--size` (default 640x480,
-  COCO's typical size, so decoding costs what it does). The dataset is the job's own
+  TFRecords made in a temp dir by the package's own code (sources.make_raw with coco's
+  `synthetic` source, coco.prepare_variant("tfrecord", ...)), JPEGs at `--size` (default
+  640x480, COCO's typical size, so decoding costs what it does). The dataset is the job's own
   `dataset(epoch, shard)`, i.e. train_dataset(files, coco_ids, anchors, batch, seed,
   num_workers=1, index=0). Batches/s over `--batches` batches after `--warmup` batches (the
   reader start-up and the prefetch fill are not throughput); median of `--rounds`.

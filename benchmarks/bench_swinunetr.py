@@ -47,6 +47,7 @@ from monai.networks.nets import SwinUNETR
 
 from accelpipe.config import ProfileConfig, TrainConfig, run_train, validate, view
 from accelpipe.datasets import nsclc
+from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs import volumes
 from accelpipe.models.swinunetr import build_model
@@ -186,7 +187,7 @@ def measure_loader(
 
 
 def prepare_data(config: dict[str, Any], tmp: Path) -> Path:
-    nsclc.make_raw(config["datasets"]["nsclc"], tmp / "raw", downloads=tmp / "downloads")
+    make_raw(nsclc.SOURCES, config["datasets"]["nsclc"], tmp / "raw", tmp / "downloads")
     return nsclc.prepare_variant("nifti", tmp / "raw", tmp / "prepared", config["swinunetr"], 1)
 
 

@@ -56,7 +56,7 @@ from math import inf
 from pathlib import Path
 from typing import Any
 
-from accelpipe.datasets import ade20k, ade20k_tfrecord, coco, coco_tfrecord
+from accelpipe.datasets import ade20k, ade20k_layout, ade20k_tfrecord, coco, coco_tfrecord
 from accelpipe.datasets.ade20k_synthetic import synthesize as ade20k_synthesize
 from accelpipe.datasets.ade20k_tfrecord import pairs
 from accelpipe.datasets.coco_instances import records
@@ -123,7 +123,7 @@ def _coco_items(raw: Path) -> dict[str, list[Any]]:
 
 def _ade20k_items(raw: Path) -> dict[str, list[Any]]:
     """prepare's plan: every image with its annotation."""
-    return {split: pairs(raw, split) for split in ade20k.SPLITS}
+    return {split: pairs(raw, split) for split in ade20k_layout.SPLITS}
 
 
 def _per_record_us(

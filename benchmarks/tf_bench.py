@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.config import ProfileConfig, TrainConfig, view
+from accelpipe.config import ProfileConfig, TrainConfig, slice_schema, validate_slice, view
+from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import tf_device
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
@@ -29,13 +30,18 @@ def make_prepared(
 ) -> Path:
     """Synthetic TFRecords of `dataset` (datasets.coco or datasets.ade20k: train-*.tfrecord,
     val-*.tfrecord, dataset.json) in scratch, made by the package's own raw and prepare code."""
-    raw_cfg = {
-        "source": "synthetic",
-        "synthetic": {"train_images": images, "val_images": 2, "size": list(size), "seed": 0},
-    }
+    name = dataset.SOURCES.dataset
+    synthetic = {"train_images": images, "val_images": 2, "size": list(size), "seed": 0}
+    raw_cfg = validate_slice(
+        {"source": "synthetic", "synthetic": synthetic}, slice_schema("raw", dataset=name), "raw"
+    )
     raw = scratch / "raw"
-    dataset.make_raw(raw_cfg, raw, scratch / "downloads")
-    options = {"prepare": {"train_shards": shards, "val_shards": 1}}
+    make_raw(dataset.SOURCES, raw_cfg, raw, scratch / "downloads")
+    options = validate_slice(
+        {"prepare": {"train_shards": shards, "val_shards": 1}},
+        slice_schema("prepare", dataset=name, variant="tfrecord"),
+        "prepare",
+    )
     return dataset.prepare_variant("tfrecord", raw, scratch / "prepared", options, workers=2)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe.datasets import imagenet
+from accelpipe.datasets.sources import make_raw
 
 SYNTH = {"classes": 4, "train_per_class": 5, "val_per_class": 3, "size": [40, 32], "seed": 3}
 
@@ -23,7 +24,7 @@ def imagenet_config(source: str = "synthetic", **import_keys: object) -> dict:
 def build_synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     """(raw folder, folder of the generated archives, make_raw facts) of SYNTH."""
     base = tmp_path_factory.mktemp("imagenet")
-    facts = imagenet.make_raw(imagenet_config(), base / "raw", base / "downloads")
+    facts = make_raw(imagenet.SOURCES, imagenet_config(), base / "raw", base / "downloads")
     return base / "raw", base / "downloads" / "imagenet-synthetic", facts
 
 

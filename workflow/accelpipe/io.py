@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from accelpipe.errors import DataError
+
 
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
@@ -60,8 +62,6 @@ def write_csv(
 
 def read_json(path: str | os.PathLike[str]) -> Any:
     """Read JSON, naming the file in the error if it is missing or malformed."""
-    from accelpipe.errors import DataError
-
     path = Path(path)
     try:
         return json.loads(path.read_text())

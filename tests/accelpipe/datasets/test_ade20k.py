@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.datasets import ade20k
+from accelpipe.datasets import ade20k, ade20k_layout
 from accelpipe.datasets.ade20k_synthetic import synthesize
+from accelpipe.datasets.sources import make_raw
 from accelpipe.errors import ConfigError, DataError
+from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import Faults, FileServer
 
 ZIP = "ADEChallengeData2016.zip"
@@ -22,7 +24,7 @@ def _zip(root: Path, archive: Path) -> str:
     """Zip `root` under the top-level folder ADEChallengeData2016/, as the official zip."""
     with zipfile.ZipFile(archive, "w") as zf:
         for path in sorted(root.rglob("*")):
-            zf.write(path, f"{ade20k.ROOT}/{path.relative_to(root).as_posix()}")
+            zf.write(path, f"{ade20k_layout.ROOT}/{path.relative_to(root).as_posix()}")
     return hashlib.sha1(archive.read_bytes()).hexdigest()
 
 
@@ -43,11 +45,9 @@ def _cfg(block: dict) -> dict:
 
 
 def test_constants_are_the_official_ones() -> None:
-    assert (ade20k.NUM_CLASSES, ade20k.IGNORE_INDEX) == (150, 255)
-    assert ade20k.URL == "http://data.csail.mit.edu/places/ADEchallenge/" + ZIP
-    assert ade20k.SHA1 == "219e1696abb36c8ba3a3afe7fb2f4b4606a897c7"
-    assert len(ade20k.CLASS_NAMES) == len(set(ade20k.CLASS_NAMES)) == 150
-    names = ade20k.CLASS_NAMES
+    assert (ade20k_layout.NUM_CLASSES, ade20k_layout.IGNORE_INDEX) == (150, 255)
+    assert len(ade20k_layout.CLASS_NAMES) == len(set(ade20k_layout.CLASS_NAMES)) == 150
+    names = ade20k_layout.CLASS_NAMES
     assert names[:8] == ("wall", "building", "sky", "floor", "tree", "ceiling", "road", "bed")
     assert (names[12], names[86], names[147], names[148], names[149]) == (
         "person",
@@ -61,7 +61,7 @@ def test_constants_are_the_official_ones() -> None:
 def test_ade20k_source_downloads_checks_and_extracts(site, tmp_path: Path) -> None:
     server, block = site
     raw, downloads = tmp_path / "raw", tmp_path / "downloads"
-    facts = ade20k.make_raw(_cfg(block), raw, downloads)
+    facts = run_raw("ade20k", _cfg(block), raw, downloads)
     assert facts == {"source": "ade20k", "images": {"train": 3, "val": 2}}
     assert sorted(p.name for p in raw.iterdir()) == ["annotations", "images", "objectInfo150.txt"]
     src = tmp_path / "src"
@@ -73,14 +73,14 @@ def test_ade20k_source_downloads_checks_and_extracts(site, tmp_path: Path) -> No
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     # A second raw reuses the verified zip: no new request.
     requests = len(server.log)
-    ade20k.make_raw(_cfg(block), tmp_path / "raw2", downloads)
+    run_raw("ade20k", _cfg(block), tmp_path / "raw2", downloads)
     assert len(server.log) == requests == 1
 
 
 def test_interrupted_download_resumes_with_range(site, tmp_path: Path) -> None:
     server, block = site
     server.faults = Faults(cut_after_bytes=500, cut_first=1)
-    ade20k.make_raw(_cfg(block), tmp_path / "raw", tmp_path / "downloads")
+    run_raw("ade20k", _cfg(block), tmp_path / "raw", tmp_path / "downloads")
     first, second = server.log
     assert first.body_bytes <= 500 and first.range is None
     assert second.range == f"bytes={first.body_bytes}-" and second.status == 206
@@ -92,7 +92,7 @@ def test_wrong_sha1_is_one_error_and_no_raw_output(site, tmp_path: Path) -> None
     block["sha1"] = "0" * 40
     raw, downloads = tmp_path / "raw", tmp_path / "downloads"
     with pytest.raises(DataError) as err:
-        ade20k.make_raw(_cfg(block), raw, downloads)
+        run_raw("ade20k", _cfg(block), raw, downloads)
     assert str(err.value) == (
         f"{downloads / ZIP}: sha1 mismatch for download from {server.url(ZIP)}: expected "
         f"{'0' * 40}, got {actual} (partial file removed; rerun to download again)"
@@ -112,8 +112,9 @@ def test_the_official_url_and_sha1_are_the_defaults(
 
     monkeypatch.setattr(ade20k, "download", fake_download)
     with pytest.raises(DataError, match="stop here"):
-        ade20k.make_raw({"source": "ade20k"}, tmp_path / "raw", tmp_path / "dl")
-    assert calls == [(ade20k.URL, tmp_path / "dl" / ZIP, ade20k.SHA1)]
+        run_raw("ade20k", {"source": "ade20k"}, tmp_path / "raw", tmp_path / "dl")
+    official = "http://data.csail.mit.edu/places/ADEchallenge/" + ZIP
+    assert calls == [(official, tmp_path / "dl" / ZIP, "219e1696abb36c8ba3a3afe7fb2f4b4606a897c7")]
 
 
 def test_zip_without_its_top_folder_is_refused(site, tmp_path: Path) -> None:
@@ -124,28 +125,30 @@ def test_zip_without_its_top_folder_is_refused(site, tmp_path: Path) -> None:
     block["sha1"] = hashlib.sha1(archive.read_bytes()).hexdigest()
     downloads = tmp_path / "downloads"
     with pytest.raises(DataError) as err:
-        ade20k.make_raw(_cfg(block), tmp_path / "raw", downloads)
+        run_raw("ade20k", _cfg(block), tmp_path / "raw", downloads)
     assert str(err.value) == f"{downloads / ZIP}: has no top-level folder ADEChallengeData2016/"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["downloads", "src", "www"]
 
 
 def test_synthetic_source(tmp_path: Path) -> None:
     cfg = {"source": "synthetic", "synthetic": {"train_images": 3, "val_images": 2, "seed": 0}}
-    facts = ade20k.make_raw(cfg, tmp_path / "raw", tmp_path / "downloads")
+    facts = run_raw("ade20k", cfg, tmp_path / "raw", tmp_path / "downloads")
     assert facts == {"source": "synthetic", "images": {"train": 3, "val": 2}}
     assert not (tmp_path / "downloads").exists()
 
 
 def test_synthetic_source_defaults(tmp_path: Path) -> None:
-    facts = ade20k.make_raw({}, tmp_path / "raw", tmp_path / "downloads")
+    facts = run_raw("ade20k", {}, tmp_path / "raw", tmp_path / "downloads")
     assert facts == {"source": "synthetic", "images": {"train": 24, "val": 8}}
 
 
 @pytest.mark.parametrize("given", ["root", "parent"])
 def test_path_source_links_an_existing_copy(tmp_path: Path, given: str) -> None:
-    copy = synthesize(tmp_path / "data" / ade20k.ROOT, train_images=2, val_images=1, size=(32, 24))
+    copy = synthesize(
+        tmp_path / "data" / ade20k_layout.ROOT, train_images=2, val_images=1, size=(32, 24)
+    )
     location = copy if given == "root" else copy.parent
-    facts = ade20k.make_raw({"source": f"path:{location}"}, tmp_path / "raw", tmp_path / "dl")
+    facts = run_raw("ade20k", {"source": f"path:{location}"}, tmp_path / "raw", tmp_path / "dl")
     assert facts == {"source": "path", "images": {"train": 2, "val": 1}}
     for folder in ("images", "annotations"):
         assert (tmp_path / "raw" / folder).resolve() == (copy / folder).resolve()
@@ -156,7 +159,7 @@ def test_path_source_names_an_image_without_annotation(tmp_path: Path) -> None:
     png = copy / "annotations" / "validation" / "ADE_val_00000002.png"
     png.unlink()
     with pytest.raises(DataError) as err:
-        ade20k.make_raw({"source": f"path:{copy}"}, tmp_path / "raw", tmp_path / "dl")
+        run_raw("ade20k", {"source": f"path:{copy}"}, tmp_path / "raw", tmp_path / "dl")
     jpg = copy / "images" / "validation" / "ADE_val_00000002.jpg"
     assert str(err.value) == f"{jpg}: image without its annotation {png}"
     assert not (tmp_path / "raw").exists()
@@ -164,12 +167,12 @@ def test_path_source_names_an_image_without_annotation(tmp_path: Path) -> None:
 
 def test_path_source_that_does_not_exist(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"datasets\.ade20k\.source does not exist"):
-        ade20k.make_raw({"source": f"path:{tmp_path / 'nope'}"}, tmp_path / "raw", tmp_path)
+        run_raw("ade20k", {"source": f"path:{tmp_path / 'nope'}"}, tmp_path / "raw", tmp_path)
 
 
 def test_unknown_source(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"datasets\.ade20k\.source: unknown source 'coco'"):
-        ade20k.make_raw({"source": "coco"}, tmp_path / "raw", tmp_path / "dl")
+        make_raw(ade20k.SOURCES, {"source": "coco"}, tmp_path / "raw", tmp_path / "dl")
 
 
 def test_check_raw_names_a_missing_folder(tmp_path: Path) -> None:

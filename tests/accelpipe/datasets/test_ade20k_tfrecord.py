@@ -15,11 +15,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from accelpipe.datasets import ade20k, ade20k_tfrecord, image_bytes
+from accelpipe.datasets import ade20k, ade20k_layout, ade20k_tfrecord, image_bytes
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from accelpipe.errors import DataError
 from accelpipe.inputs import ade20k_input
 from accelpipe.inputs.tf_data_checks import checked
+from tests.helpers.dataset_config import prepare_config
 
 pytestmark = pytest.mark.tensorflow
 
@@ -41,7 +42,7 @@ def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def prepared(raw: Path) -> Path:
-    cfg = {"prepare": {"train_shards": 3, "val_shards": 2}}
+    cfg = prepare_config("ade20k", "tfrecord", {"train_shards": 3, "val_shards": 2})
     return ade20k.prepare_variant("tfrecord", raw, raw.parent / "prepared", cfg, workers=2)
 
 
@@ -57,7 +58,7 @@ def _parse(paths: list[Path]) -> list[dict]:
 
 
 def _names(raw: Path, split: str) -> list[str]:
-    return sorted(p.name for p in ade20k.image_dir(raw, split).iterdir())
+    return sorted(p.name for p in ade20k_layout.image_dir(raw, split).iterdir())
 
 
 def test_layout_and_dataset_json(prepared: Path) -> None:
@@ -78,7 +79,7 @@ def test_layout_and_dataset_json(prepared: Path) -> None:
         "ignore_index": 255,
         "label_convention": ade20k.LABEL_CONVENTION,
         "label_values_checked": "in the input pipeline (each label as it is decoded)",
-        "classes": list(ade20k.CLASS_NAMES),
+        "classes": list(ade20k_layout.CLASS_NAMES),
     }
     assert sorted(meta["features"]) == sorted(FEATURES)
     assert meta["classes"][0] == "wall" and meta["classes"][149] == "flag"
@@ -94,8 +95,8 @@ def test_records_hold_the_files_bytes(raw: Path, prepared: Path, split: str) -> 
             index :: len(shards)
         ]
     for rec in _parse(shards):
-        jpg = ade20k.image_dir(raw, split) / rec["image/filename"].decode()
-        png = ade20k.annotation_dir(raw, split) / f"{jpg.stem}.png"
+        jpg = ade20k_layout.image_dir(raw, split) / rec["image/filename"].decode()
+        png = ade20k_layout.annotation_dir(raw, split) / f"{jpg.stem}.png"
         assert rec["image/encoded"] == jpg.read_bytes()  # not re-encoded
         assert rec["label/encoded"] == png.read_bytes()
         assert (rec["image/format"], rec["label/format"]) == (b"jpeg", b"png")
@@ -125,7 +126,8 @@ def test_parallel_workers_write_identical_records(
 
 
 def test_default_shard_counts(raw: Path, tmp_path: Path, written: list) -> None:
-    ade20k.prepare_variant("tfrecord", raw, tmp_path / "out", {}, workers=1)
+    cfg = prepare_config("ade20k", "tfrecord", {})
+    ade20k.prepare_variant("tfrecord", raw, tmp_path / "out", cfg, workers=1)
     assert [(split.prefix, split.num_shards) for split in written] == [("train", 64), ("val", 8)]
 
 
@@ -158,10 +160,10 @@ def copy(raw: Path, tmp_path: Path) -> Path:
 
 
 def _files(raw: Path, split: str, index: int) -> tuple[Path, Path]:
-    stem = ade20k.file_stem(split, index)
+    stem = ade20k_layout.file_stem(split, index)
     return (
-        ade20k.image_dir(raw, split) / f"{stem}.jpg",
-        ade20k.annotation_dir(raw, split) / f"{stem}.png",
+        ade20k_layout.image_dir(raw, split) / f"{stem}.jpg",
+        ade20k_layout.annotation_dir(raw, split) / f"{stem}.png",
     )
 
 

@@ -12,7 +12,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from accelpipe.datasets import brats
+from accelpipe.datasets import brats, brats_layout
 from accelpipe.errors import DataError
 from tests.helpers.nifti_variants import (
     HIPPOCAMPUS_LABELS,
@@ -39,8 +39,8 @@ def _write_task(task: Path, cases: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
         )
     meta = {
         "name": "BRATS",
-        "modality": brats.MODALITIES,
-        "labels": brats.LABELS,
+        "modality": brats_layout.MODALITIES,
+        "labels": brats_layout.LABELS,
         "numTraining": len(cases),
         "training": training,
         "test": [],
@@ -68,7 +68,7 @@ def hand_task(tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
     image, label = _hand_case(rng)
     other = _hand_case(rng)
     task = _write_task(
-        tmp_path / "raw" / brats.TASK, {"BRATS_001": (image, label), "BRATS_002": other}
+        tmp_path / "raw" / brats_layout.TASK, {"BRATS_001": (image, label), "BRATS_002": other}
     )
     return task, image, label
 
@@ -108,7 +108,7 @@ def test_prepare_crop_zscore_pad_and_axis_order(hand_task, tmp_path):
         "patch_size": [6, 3],
         "n_class": 4,
         "in_channels": 4,
-        "labels": brats.LABELS,
+        "labels": brats_layout.LABELS,
         "cases": ["BRATS_001", "BRATS_002"],
     }
 
@@ -162,7 +162,7 @@ def _decoded(task: Path) -> dict[str, np.ndarray]:
 
 def test_synthesize_layout_deterministic_and_complete(tmp_path):
     task = brats.synthesize(tmp_path / "a", cases=3, shape=SMALL, seed=5)
-    assert task == tmp_path / "a" / brats.TASK
+    assert task == tmp_path / "a" / brats_layout.TASK
     meta = json.loads((task / "dataset.json").read_text())
     assert meta["modality"] == {"0": "FLAIR", "1": "T1w", "2": "t1gd", "3": "T2w"}
     assert meta["labels"]["3"] == "enhancing tumour" and meta["tensorImageSize"] == "4D"
@@ -194,7 +194,9 @@ def test_synthesize_layout_deterministic_and_complete(tmp_path):
     )
     # Same seed -> byte-identical prepared arrays.
     pa = brats.prepare(task, tmp_path / "pa", patch_size=(32, 32), n_folds=3)
-    pb = brats.prepare(tmp_path / "b" / brats.TASK, tmp_path / "pb", patch_size=(32, 32), n_folds=3)
+    pb = brats.prepare(
+        tmp_path / "b" / brats_layout.TASK, tmp_path / "pb", patch_size=(32, 32), n_folds=3
+    )
     for f in sorted(pa.glob("*.npy")):
         assert f.read_bytes() == (pb / f.name).read_bytes()
 
@@ -284,7 +286,8 @@ def test_missing_image_and_dataset_json(synth_task):
 def test_shape_mismatch_names_case(tmp_path):
     image, label = _hand_case(np.random.default_rng(0))
     task = _write_task(
-        tmp_path / brats.TASK, {"BRATS_001": (image, label), "BRATS_002": (image, label[:, :, :5])}
+        tmp_path / brats_layout.TASK,
+        {"BRATS_001": (image, label), "BRATS_002": (image, label[:, :, :5])},
     )
     out = tmp_path / "prep"
     out.mkdir()
@@ -305,7 +308,7 @@ def test_label_out_of_range(tmp_path):
     bad = label.copy()
     bad[2, 2, 2] = 7
     task = _write_task(
-        tmp_path / brats.TASK, {"BRATS_001": (image, label), "BRATS_002": (image, bad)}
+        tmp_path / brats_layout.TASK, {"BRATS_001": (image, label), "BRATS_002": (image, bad)}
     )
     with pytest.raises(DataError, match=r"BRATS_002\.nii\.gz.*outside 0\.\.3"):
         brats.prepare(task, tmp_path / "prep", patch_size=(4, 4), n_folds=2)
@@ -314,7 +317,8 @@ def test_label_out_of_range(tmp_path):
 def test_channel_count_must_match_dataset_json(tmp_path):
     image, label = _hand_case(np.random.default_rng(0))
     task = _write_task(
-        tmp_path / brats.TASK, {"BRATS_001": (image, label), "BRATS_002": (image[..., :3], label)}
+        tmp_path / brats_layout.TASK,
+        {"BRATS_001": (image, label), "BRATS_002": (image[..., :3], label)},
     )
     with pytest.raises(DataError, match=r"BRATS_002\.nii\.gz: case BRATS_002 has 3 channels"):
         brats.prepare(task, tmp_path / "prep", patch_size=(4, 4), n_folds=2)
@@ -380,7 +384,7 @@ def test_prepare_any_msd_task_of_real_nifti_variants(tmp_path, kind, workers):
 
 def test_nifti2_image_prepares(tmp_path):
     """The report: a NIfTI-2 file in imagesTr stopped prepare with HeaderDataError."""
-    task = tmp_path / brats.TASK
+    task = tmp_path / brats_layout.TASK
     (task / "imagesTr").mkdir(parents=True)
     image = shutil.copy(real("example_nifti2.nii.gz"), task / "imagesTr" / "n2.nii.gz")
     label = save(task / "labelsTr" / "n2.nii.gz", label_for((32, 20, 12), 4))
@@ -389,7 +393,7 @@ def test_nifti2_image_prepares(tmp_path):
         task,
         {"n2": (Path(image), label), "n1": (other, label)},
         modality={"0": "a", "1": "b"},
-        labels=brats.LABELS,
+        labels=brats_layout.LABELS,
     )
     out = brats.prepare(task, tmp_path / "prep", patch_size=(16, 16), n_folds=2)
     assert np.load(out / "n2_x.npy").shape == (2, 12, 16, 16)
@@ -453,7 +457,7 @@ def test_vector_image_x_y_z_1_c_prepares(tmp_path):
     image, label = _hand_case(rng)
     vector = image[:, :, :, None, :]
     task = _write_task(
-        tmp_path / brats.TASK, {"BRATS_001": (vector, label), "BRATS_002": (image, label)}
+        tmp_path / brats_layout.TASK, {"BRATS_001": (vector, label), "BRATS_002": (image, label)}
     )
     out = brats.prepare(task, tmp_path / "prep", patch_size=(6, 3), n_folds=2)
     a, b = np.load(out / "BRATS_001_x.npy"), np.load(out / "BRATS_002_x.npy")

@@ -12,6 +12,7 @@ import pytest
 from accelpipe.datasets import coco
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.errors import ConfigError, DataError
+from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import Faults, FileServer
 
 # zip name -> the folder of the synthetic layout it holds, as the official zips do
@@ -71,7 +72,7 @@ def test_zip_table_overrides_and_rejects_unknown_keys() -> None:
 def test_coco_source_downloads_checks_and_extracts(site, tmp_path: Path) -> None:
     server, block = site
     raw, downloads = tmp_path / "raw", tmp_path / "downloads"
-    facts = coco.make_raw(_cfg(block), raw, downloads)
+    facts = run_raw("coco", _cfg(block), raw, downloads)
     assert facts == {"source": "coco", "images": {"train": 4, "val": 2}}
     assert sorted(p.name for p in raw.iterdir()) == ["annotations", "train2017", "val2017"]
     src = tmp_path / "src"
@@ -81,14 +82,14 @@ def test_coco_source_downloads_checks_and_extracts(site, tmp_path: Path) -> None
     assert sorted(p.name for p in downloads.iterdir()) == sorted(CONTENT)
     # A second raw reuses the verified zips: no new request.
     requests = len(server.log)
-    coco.make_raw(_cfg(block), tmp_path / "raw2", downloads)
+    run_raw("coco", _cfg(block), tmp_path / "raw2", downloads)
     assert len(server.log) == requests
 
 
 def test_interrupted_download_resumes_with_range(site, tmp_path: Path) -> None:
     server, block = site
     server.faults = Faults(cut_after_bytes=300, cut_first=1)
-    coco.make_raw(_cfg(block), tmp_path / "raw", tmp_path / "downloads")
+    run_raw("coco", _cfg(block), tmp_path / "raw", tmp_path / "downloads")
     first, second = server.log[0], server.log[1]
     assert first.path == second.path == "/train2017.zip"
     assert first.body_bytes <= 300 and first.range is None
@@ -100,7 +101,7 @@ def test_wrong_checksum_is_one_error_naming_the_file(site, tmp_path: Path) -> No
     block["val"]["md5"] = "0" * 32
     downloads = tmp_path / "downloads"
     with pytest.raises(DataError, match=r"val2017\.zip: md5 mismatch") as err:
-        coco.make_raw(_cfg(block), tmp_path / "raw", downloads)
+        run_raw("coco", _cfg(block), tmp_path / "raw", downloads)
     assert "\n" not in str(err.value)
     assert not (downloads / "val2017.zip").exists()
     assert not (downloads / "val2017.zip.part").exists()
@@ -112,7 +113,7 @@ def test_truncated_zip_is_one_error(site, tmp_path: Path) -> None:
     archive.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
     block["annotations"]["md5"] = hashlib.md5(archive.read_bytes()).hexdigest()
     with pytest.raises(DataError, match=r"annotations_trainval2017\.zip: truncated or corrupt"):
-        coco.make_raw(_cfg(block), tmp_path / "raw", tmp_path / "downloads")
+        run_raw("coco", _cfg(block), tmp_path / "raw", tmp_path / "downloads")
 
 
 def test_annotations_zip_without_the_train_instances_is_named(site, tmp_path: Path) -> None:
@@ -122,7 +123,7 @@ def test_annotations_zip_without_the_train_instances_is_named(site, tmp_path: Pa
     block["annotations"]["md5"] = _zip(tmp_path / "src" / "annotations", archive)
     raw = tmp_path / "raw"
     with pytest.raises(DataError) as err:
-        coco.make_raw(_cfg(block), raw, tmp_path / "downloads")
+        run_raw("coco", _cfg(block), raw, tmp_path / "downloads")
     missing = raw / "annotations" / "instances_train2017.json"
     assert str(err.value) == f"{missing}: annotation file not found"
 
@@ -134,12 +135,12 @@ def test_zip_without_its_folder_is_refused(site, tmp_path: Path) -> None:
         zf.writestr("images/000000000001.jpg", b"not here")
     block["val"]["md5"] = hashlib.md5(archive.read_bytes()).hexdigest()
     with pytest.raises(DataError, match=r"val2017\.zip: has no top-level folder val2017/"):
-        coco.make_raw(_cfg(block), tmp_path / "raw", tmp_path / "downloads")
+        run_raw("coco", _cfg(block), tmp_path / "raw", tmp_path / "downloads")
 
 
 def test_synthetic_source(tmp_path: Path) -> None:
     cfg = {"source": "synthetic", "synthetic": {"train_images": 3, "val_images": 2, "seed": 0}}
-    facts = coco.make_raw(cfg, tmp_path / "raw", tmp_path / "downloads")
+    facts = run_raw("coco", cfg, tmp_path / "raw", tmp_path / "downloads")
     assert facts == {"source": "synthetic", "images": {"train": 3, "val": 2}}
     assert not (tmp_path / "downloads").exists()
 
@@ -148,7 +149,7 @@ def test_synthetic_source(tmp_path: Path) -> None:
 def test_path_source_links_an_existing_copy(tmp_path: Path, given: str) -> None:
     copy = synthesize(tmp_path / "data" / "coco", train_images=2, val_images=1)
     location = copy if given == "root" else copy.parent
-    facts = coco.make_raw({"source": f"path:{location}"}, tmp_path / "raw", tmp_path / "dl")
+    facts = run_raw("coco", {"source": f"path:{location}"}, tmp_path / "raw", tmp_path / "dl")
     assert facts == {"source": "path", "images": {"train": 2, "val": 1}}
     for folder in ("train2017", "val2017", "annotations"):
         assert (tmp_path / "raw" / folder).resolve() == (copy / folder).resolve()
@@ -160,14 +161,14 @@ def test_path_source_names_a_missing_annotation_file(tmp_path: Path, split: str)
     missing = coco.annotation_file(copy, split)
     missing.unlink()
     with pytest.raises(DataError) as err:
-        coco.make_raw({"source": f"path:{copy}"}, tmp_path / "raw", tmp_path / "dl")
+        run_raw("coco", {"source": f"path:{copy}"}, tmp_path / "raw", tmp_path / "dl")
     assert str(err.value) == f"{missing}: annotation file not found"  # one line, the file
     assert not (tmp_path / "raw").exists()
 
 
 def test_path_source_that_does_not_exist(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"datasets\.coco\.source does not exist"):
-        coco.make_raw({"source": f"path:{tmp_path / 'nope'}"}, tmp_path / "raw", tmp_path / "dl")
+        run_raw("coco", {"source": f"path:{tmp_path / 'nope'}"}, tmp_path / "raw", tmp_path / "dl")
 
 
 def test_check_raw_names_a_missing_image_folder(tmp_path: Path) -> None:

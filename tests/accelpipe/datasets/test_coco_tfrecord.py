@@ -19,6 +19,7 @@ from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.image_bytes import jpeg_size
 from accelpipe.errors import DataError
 from accelpipe.inputs import coco_input
+from tests.helpers.dataset_config import prepare_config
 
 FEATURES = {
     "image/encoded": tf.io.FixedLenFeature((), tf.string),
@@ -48,7 +49,7 @@ def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def prepared(raw: Path) -> Path:
-    cfg = {"prepare": {"train_shards": 3, "val_shards": 2}}
+    cfg = prepare_config("coco", "tfrecord", {"train_shards": 3, "val_shards": 2})
     return coco.prepare_variant("tfrecord", raw, raw.parent / "prepared", cfg, workers=2)
 
 

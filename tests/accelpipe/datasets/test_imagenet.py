@@ -12,7 +12,8 @@ import shutil
 import pytest
 from PIL import Image
 
-from accelpipe.datasets import imagenet
+from accelpipe.datasets import imagenet, imagenet_layout
+from accelpipe.datasets.sources import make_raw
 from accelpipe.errors import ConfigError, DataError
 from tests.helpers.imagenet_raw import imagenet_config, index_rows
 
@@ -21,10 +22,10 @@ from tests.helpers.imagenet_raw import imagenet_config, index_rows
 
 def test_index_rows_match_the_files_on_disk(imagenet_raw, imagenet_index):
     raw, _, _ = imagenet_raw
-    root = raw / imagenet.ROOT
+    root = raw / imagenet_layout.ROOT
     wnids = json.loads((imagenet_index / "classes.json").read_text())["wnids"]
     assert wnids == sorted(p.name for p in (root / "train").iterdir())
-    for split in imagenet.SPLITS:
+    for split in imagenet_layout.SPLITS:
         text = (imagenet_index / f"{split}.csv").read_text()
         assert text.splitlines()[0] == "path,label,bytes,width,height"
         rows = index_rows(imagenet_index / f"{split}.csv")
@@ -41,14 +42,14 @@ def test_index_rows_match_the_files_on_disk(imagenet_raw, imagenet_index):
 
 
 def test_index_with_workers_is_identical(imagenet_raw, imagenet_index, tmp_path):
-    out = imagenet.index(imagenet_raw[0] / imagenet.ROOT, tmp_path / "par", workers=3)
+    out = imagenet.index(imagenet_raw[0] / imagenet_layout.ROOT, tmp_path / "par", workers=3)
     for name in ("train.csv", "val.csv", "classes.json", "config.json"):
         assert (out / name).read_bytes() == (imagenet_index / name).read_bytes()
 
 
 def test_bad_image_names_file_and_keeps_output(imagenet_raw, imagenet_index, tmp_path):
     root = tmp_path / "copy"
-    shutil.copytree(imagenet_raw[0] / imagenet.ROOT, root)
+    shutil.copytree(imagenet_raw[0] / imagenet_layout.ROOT, root)
     out = imagenet.index(root, tmp_path / "out")
     before = (out / "train.csv").read_bytes()
     bad = next((root / "train").iterdir()) / "broken.JPEG"
@@ -73,28 +74,37 @@ def test_prepare_unknown_variant_and_options(imagenet_raw, tmp_path):
 def test_path_source_links_an_existing_image_folder(imagenet_raw, tmp_path):
     raw, _, facts = imagenet_raw
     mine = tmp_path / "mine"
-    shutil.copytree(raw / imagenet.ROOT, mine / imagenet.ROOT)
-    for location in (mine, mine / imagenet.ROOT):  # the root itself or a folder holding it
+    shutil.copytree(raw / imagenet_layout.ROOT, mine / imagenet_layout.ROOT)
+    for location in (mine, mine / imagenet_layout.ROOT):  # the root itself or a folder holding it
         out = tmp_path / f"raw-{location.name}"
-        got = imagenet.make_raw(imagenet_config(f"path:{location}"), out, tmp_path / "dl")
+        got = make_raw(imagenet.SOURCES, imagenet_config(f"path:{location}"), out, tmp_path / "dl")
         assert got == {**facts, "source": "path"}
-        assert (out / imagenet.ROOT / "train").resolve() == (mine / imagenet.ROOT / "train")
-        classes = json.loads((out / imagenet.ROOT / "classes.json").read_text())
-        assert classes == json.loads((raw / imagenet.ROOT / "classes.json").read_text())
+        assert (out / imagenet_layout.ROOT / "train").resolve() == (
+            mine / imagenet_layout.ROOT / "train"
+        )
+        classes = json.loads((out / imagenet_layout.ROOT / "classes.json").read_text())
+        assert classes == json.loads((raw / imagenet_layout.ROOT / "classes.json").read_text())
     index = imagenet.prepare_variant("index", out, tmp_path / "index", {"prepare": {}}, 1)
     assert json.loads((index / "config.json").read_text())["train"] == 20
 
 
 def test_path_source_errors_name_the_path(imagenet_raw, tmp_path):
     with pytest.raises(DataError, match=f"{tmp_path / 'nope'}: dataset path given by"):
-        imagenet.make_raw(
-            imagenet_config(f"path:{tmp_path / 'nope'}"), tmp_path / "o1", tmp_path / "dl"
+        make_raw(
+            imagenet.SOURCES,
+            imagenet_config(f"path:{tmp_path / 'nope'}"),
+            tmp_path / "o1",
+            tmp_path / "dl",
         )
     root = tmp_path / "mine"
-    shutil.copytree(imagenet_raw[0] / imagenet.ROOT, root)
+    shutil.copytree(imagenet_raw[0] / imagenet_layout.ROOT, root)
     (root / "val" / "n00000001").mkdir()
     with pytest.raises(DataError, match=f"{root}: train/ and val/ have different class folders"):
-        imagenet.make_raw(imagenet_config(f"path:{root}"), tmp_path / "o2", tmp_path / "dl")
+        make_raw(
+            imagenet.SOURCES, imagenet_config(f"path:{root}"), tmp_path / "o2", tmp_path / "dl"
+        )
     shutil.rmtree(root / "val")
     with pytest.raises(DataError, match=f"{root}: no val/ folder"):
-        imagenet.make_raw(imagenet_config(f"path:{root}"), tmp_path / "o3", tmp_path / "dl")
+        make_raw(
+            imagenet.SOURCES, imagenet_config(f"path:{root}"), tmp_path / "o3", tmp_path / "dl"
+        )

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from accelpipe.datasets import imagenet, imagenet_tars
+from accelpipe.datasets import imagenet, imagenet_layout, imagenet_tars
 from accelpipe.datasets.download import md5sum
+from accelpipe.datasets.sources import make_raw
 from accelpipe.errors import ConfigError, DataError
 from tests.helpers.imagenet_raw import imagenet_config
 
@@ -47,14 +48,15 @@ def tars(tmp_path: Path) -> dict[str, Path]:
     """Small official-layout archives: two classes, three val images."""
     a, b = "n01440764", "n01443537"
     train = _tar(
-        tmp_path / imagenet.TRAIN_TAR,
+        tmp_path / imagenet_layout.TRAIN_TAR,
         {
             f"{a}.tar": _tar_bytes({f"{a}_1.JPEG": _jpeg(), f"{a}_2.JPEG": _jpeg()}),
             f"{b}.tar": _tar_bytes({f"{b}_1.JPEG": _jpeg()}),
         },
     )
     val = _tar(
-        tmp_path / imagenet.VAL_TAR, {f"ILSVRC2012_val_{i:08d}.JPEG": _jpeg() for i in (1, 2, 3)}
+        tmp_path / imagenet_layout.VAL_TAR,
+        {f"ILSVRC2012_val_{i:08d}.JPEG": _jpeg() for i in (1, 2, 3)},
     )
     labels = tmp_path / "val_labels.txt"
     labels.write_text(
@@ -69,9 +71,11 @@ def _val_layout(root: Path) -> dict[str, str]:
 
 
 def test_import_with_val_label_file(tars, tmp_path):
-    facts = imagenet.make_raw(imagenet_config("import", **tars), tmp_path / "raw", tmp_path / "dl")
+    facts = make_raw(
+        imagenet.SOURCES, imagenet_config("import", **tars), tmp_path / "raw", tmp_path / "dl"
+    )
     assert facts == {"source": "import", "classes": 2, "train": 3, "val": 3}
-    root = tmp_path / "raw" / imagenet.ROOT
+    root = tmp_path / "raw" / imagenet_layout.ROOT
     assert _val_layout(root) == {
         "ILSVRC2012_val_00000001.JPEG": "n01443537",
         "ILSVRC2012_val_00000002.JPEG": "n01440764",
@@ -106,13 +110,13 @@ def test_import_checks_md5_and_names_the_file(tars, tmp_path):
 def test_missing_import_keys_are_named(tars, tmp_path):
     cfg = imagenet_config("import", val_tar=tars["val_tar"], val_labels=tars["val_labels"])
     with pytest.raises(ConfigError, match=r"datasets\.imagenet\.import\.train_tar"):
-        imagenet.make_raw(cfg, tmp_path / "raw", tmp_path / "dl")
+        make_raw(imagenet.SOURCES, cfg, tmp_path / "raw", tmp_path / "dl")
     cfg = imagenet_config("import", train_tar=tars["train_tar"], val_tar=tars["val_tar"])
     with pytest.raises(ConfigError, match="devkit or val_labels"):
-        imagenet.make_raw(cfg, tmp_path / "raw", tmp_path / "dl")
+        make_raw(imagenet.SOURCES, cfg, tmp_path / "raw", tmp_path / "dl")
     cfg = imagenet_config("import", **{**tars, "devkit": tmp_path / "nope.tar.gz"})
     with pytest.raises(DataError, match=r"nope\.tar\.gz: file given by .*import\.devkit"):
-        imagenet.make_raw(cfg, tmp_path / "raw", tmp_path / "dl")
+        make_raw(imagenet.SOURCES, cfg, tmp_path / "raw", tmp_path / "dl")
 
 
 def test_corrupt_inner_tar_is_named(tars, tmp_path):
@@ -174,9 +178,9 @@ def test_val_label_with_unknown_class(tars, tmp_path):
 
 def test_devkit_ground_truth_with_unknown_id(imagenet_raw, tmp_path):
     _, generated, _ = imagenet_raw
-    with tarfile.open(generated / imagenet.DEVKIT) as tf:
+    with tarfile.open(generated / imagenet_layout.DEVKIT) as tf:
         members = {m.name: tf.extractfile(m).read() for m in tf if m.isfile()}
-    truth = f"ILSVRC2012_devkit_t12/data/{imagenet.GROUND_TRUTH}"
+    truth = f"ILSVRC2012_devkit_t12/data/{imagenet_layout.GROUND_TRUTH}"
     members[truth] = b"1\n77\n"
     devkit = _tar(tmp_path / "devkit.tar", members)
     with pytest.raises(DataError, match=r"devkit\.tar: .*ground_truth\.txt line 2: '77'"):

@@ -16,8 +16,11 @@ import pytest
 
 from accelpipe import datasets
 from accelpipe.datasets import nsclc
+from accelpipe.datasets.nsclc_layout import COLLECTION
 from accelpipe.datasets.nsclc_synthetic import Geometry, phantom
+from accelpipe.datasets.sources import make_raw
 from accelpipe.errors import DataError
+from tests.helpers.dataset_config import run_raw
 from tests.helpers.nsclc_raw import SHAPE, SYNTH, series_dir, synth_tree
 
 PREPARE = {"prepare": {"label": "GTV-1", "val_fraction": 0.2, "split_seed": 0}}
@@ -31,7 +34,7 @@ def synth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def raw_copy(synth_root: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(synth_root, tmp_path / "raw" / nsclc.COLLECTION))
+    return Path(shutil.copytree(synth_root, tmp_path / "raw" / COLLECTION))
 
 
 # --------------------------------------------------------------------------------- prepare
@@ -229,10 +232,11 @@ def test_registered_dataset() -> None:
 
 def test_make_raw_synthetic_then_prepare_variant(tmp_path: Path) -> None:
     out = tmp_path / "raw"
+    # 2 small patients, below the schema's minimums: the block as the stage would get it
     cfg = {"source": "synthetic", "synthetic": {**SYNTH, "patients": 2, "seed": 4}}
-    facts = nsclc.make_raw(cfg, out, tmp_path / "downloads")
+    facts = make_raw(nsclc.SOURCES, cfg, out, tmp_path / "downloads")
     assert facts == {"source": "synthetic", "patients": 2}
-    assert sorted(p.name for p in out.iterdir()) == [nsclc.COLLECTION]
+    assert sorted(p.name for p in out.iterdir()) == [COLLECTION]
     prep = nsclc.prepare_variant("nifti", out, tmp_path / "prep", PREPARE, workers=1)
     assert len(json.loads((prep / "datalist.json").read_text())["training"]) == 1
 
@@ -240,17 +244,17 @@ def test_make_raw_synthetic_then_prepare_variant(tmp_path: Path) -> None:
 @pytest.mark.parametrize("container", [True, False])
 def test_make_raw_path_links_existing_copy(synth_root: Path, tmp_path: Path, container: bool):
     location = synth_root.parent if container else synth_root
-    facts = nsclc.make_raw({"source": f"path:{location}"}, tmp_path / "raw", tmp_path / "dl")
+    facts = run_raw("nsclc", {"source": f"path:{location}"}, tmp_path / "raw", tmp_path / "dl")
     assert facts == {"source": "path", "patients": 3}
-    link = tmp_path / "raw" / nsclc.COLLECTION
+    link = tmp_path / "raw" / COLLECTION
     assert link.is_symlink() and link.resolve() == synth_root.resolve()
 
 
 def test_make_raw_path_errors(raw_copy: Path, tmp_path: Path) -> None:
     with pytest.raises(DataError, match=f"{tmp_path / 'nope'}: dataset path"):
-        nsclc.make_raw({"source": f"path:{tmp_path / 'nope'}"}, tmp_path / "r1", tmp_path)
+        run_raw("nsclc", {"source": f"path:{tmp_path / 'nope'}"}, tmp_path / "r1", tmp_path)
     for patient in ("LUNG1-001", "LUNG1-002", "LUNG1-003"):
         shutil.rmtree(series_dir(raw_copy, patient, "SEG"))
     with pytest.raises(DataError, match=f"{raw_copy}: no DICOM SEG series found"):
-        nsclc.make_raw({"source": f"path:{raw_copy}"}, tmp_path / "r2", tmp_path)
+        run_raw("nsclc", {"source": f"path:{raw_copy}"}, tmp_path / "r2", tmp_path)
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()

@@ -14,8 +14,10 @@ import pydicom
 import pytest
 
 from accelpipe.datasets import nsclc, tcia
+from accelpipe.datasets.nsclc_layout import COLLECTION
 from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.errors import DataError
+from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import FileServer, Handler, Request
 
 API = "nbia-api/services/v1/"
@@ -37,7 +39,7 @@ class FakeNbia:
                     "SeriesInstanceUID": folder.name,
                     "PatientID": str(ds.PatientID),
                     "Modality": str(ds.Modality),
-                    "Collection": nsclc.COLLECTION,
+                    "Collection": COLLECTION,
                     "ImageCount": len(list(folder.iterdir())),
                 }
             )
@@ -102,9 +104,9 @@ def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 def _make_raw(
     server: FileServer, tmp_path: Path, out: str = "raw", download_len: int | None = None
 ) -> dict[str, Any]:
-    tcia_cfg = {"url": server.url(API), "collection": nsclc.COLLECTION}
+    tcia_cfg = {"url": server.url(API), "collection": COLLECTION}
     cfg = {"source": "tcia", "tcia": {**tcia_cfg, "download_len": download_len}}
-    return nsclc.make_raw(cfg, tmp_path / out, tmp_path / "downloads")
+    return run_raw("nsclc", cfg, tmp_path / out, tmp_path / "downloads")
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -118,10 +120,10 @@ def _images(log: list[Request]) -> list[str]:
 def test_fetch_gives_the_raw_layout(nbia: FakeNbia, server: FileServer, synth_root: Path, tmp_path):
     facts = _make_raw(server, tmp_path)
     assert facts == {"source": "tcia", "patients": 3}
-    raw = tmp_path / "raw" / nsclc.COLLECTION
+    raw = tmp_path / "raw" / COLLECTION
     assert _tree(raw) == _tree(synth_root)  # same <PatientID>/<SeriesInstanceUID>/ files
     listing = [r for r in server.log if r.path.endswith("/getSeries")]
-    assert [r.query for r in listing] == [{"Collection": nsclc.COLLECTION, "Modality": "SEG"}]
+    assert [r.query for r in listing] == [{"Collection": COLLECTION, "Modality": "SEG"}]
     # Each SEG, then the CT it references, in patient order.
     segs, cts = nbia.uids("SEG"), nbia.uids("CT")
     assert sorted(_images(server.log)) == sorted(segs + cts)
@@ -141,7 +143,7 @@ def test_fetch_gives_the_raw_layout(nbia: FakeNbia, server: FileServer, synth_ro
 def test_download_len_takes_first_patients(nbia: FakeNbia, server: FileServer, tmp_path) -> None:
     facts = _make_raw(server, tmp_path, download_len=2)
     assert facts["patients"] == 2
-    raw = tmp_path / "raw" / nsclc.COLLECTION
+    raw = tmp_path / "raw" / COLLECTION
     assert sorted(p.name for p in raw.iterdir()) == ["LUNG1-001", "LUNG1-002"]
     assert len(_images(server.log)) == 4
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from accelpipe.datasets import ade20k
+from accelpipe.datasets import ade20k, ade20k_layout
 from accelpipe.datasets.ade20k_synthetic import CLASSES_USED, synthesize
 from accelpipe.errors import DataError
 from accelpipe.inputs import ade20k_input
@@ -74,8 +74,8 @@ def test_parse_decodes_the_files(raw: Path, prepared: Path) -> None:
         out = ade20k_input.parse(record)
         name = out["filename"].numpy().decode()
         names.append(name)
-        jpg = ade20k.image_dir(raw, "val") / name
-        png = ade20k.annotation_dir(raw, "val") / name.replace(".jpg", ".png")
+        jpg = ade20k_layout.image_dir(raw, "val") / name
+        png = ade20k_layout.annotation_dir(raw, "val") / name.replace(".jpg", ".png")
         assert out["image"].dtype == tf.uint8 and out["label"].dtype == tf.uint8
         expected = tf.io.decode_jpeg(jpg.read_bytes(), channels=3).numpy()
         assert np.array_equal(out["image"].numpy(), expected)
@@ -260,7 +260,7 @@ def test_train_dataset_workers_see_disjoint_records(
     monkeypatch.setattr(ade20k_input, "train_example", lambda e, crop, scale, key: e["filename"])
     files = _files(prepared, "train")
     assert len(files) == 1
-    names = sorted(p.name for p in ade20k.image_dir(raw, "train").iterdir())
+    names = sorted(p.name for p in ade20k_layout.image_dir(raw, "train").iterdir())
     seen = []
     for index in range(2):
         ds = ade20k_input.train_dataset(files, 1, 8, seed=4, num_workers=2, index=index)
@@ -276,8 +276,8 @@ def test_eval_dataset_gives_every_image_at_its_original_size(raw: Path, prepared
     # File order: val-00000 holds images 1 and 3, val-00001 image 2.
     assert names == ["ADE_val_00000001.jpg", "ADE_val_00000003.jpg", "ADE_val_00000002.jpg"]
     for example, name in zip(out, names, strict=True):
-        png = _png(ade20k.annotation_dir(raw, "val") / name.replace(".jpg", ".png"))
-        with Image.open(ade20k.image_dir(raw, "val") / name) as jpg:
+        png = _png(ade20k_layout.annotation_dir(raw, "val") / name.replace(".jpg", ".png"))
+        with Image.open(ade20k_layout.image_dir(raw, "val") / name) as jpg:
             assert example["image"].shape == (jpg.height, jpg.width, 3)
         assert example["image"].dtype == tf.uint8
         assert example["label"].dtype == tf.int32

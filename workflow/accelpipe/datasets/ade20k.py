@@ -1,18 +1,10 @@
 """ADE20K (SceneParsing, ADEChallengeData2016; the Segmenter workload): raw sources, raw
 check, TFRecord preparation.
 
-Raw layout (as the official zip's top-level folder ADEChallengeData2016/ unpacks)::
-
-    <raw>/images/training/ADE_train_00000001.jpg ...       20210 in the real set
-    <raw>/images/validation/ADE_val_00000001.jpg ...       2000
-    <raw>/annotations/training/ADE_train_00000001.png ...  8-bit single channel, 0..150
-    <raw>/annotations/validation/ADE_val_00000001.png ...
-
-Annotation values: 0 = unlabelled ("other"), k = class k in 1..150 (CLASS_NAMES[k - 1]).
-
-Sources: `synthetic` (accelpipe.datasets.ade20k_synthetic), `ade20k` (the official zip,
-downloaded with resume and a sha1 check, then safely extracted) and `path:` (an existing copy,
-linked after its layout is checked).
+Raw layout: `accelpipe.datasets.ade20k_layout`. Sources: `synthetic`
+(accelpipe.datasets.ade20k_synthetic), `ade20k` (the official zip, downloaded with resume and
+a sha1 check, then safely extracted) and `path:` (an existing copy, linked after its layout is
+checked).
 
 Prepared layout (variant `tfrecord`, accelpipe.datasets.ade20k_tfrecord)::
 
@@ -30,19 +22,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from accelpipe.datasets import existing_copy
+from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES, ROOT, SPLITS
+from accelpipe.datasets.ade20k_synthetic import synthesize
+from accelpipe.datasets.ade20k_tfrecord import FEATURES, encode, pair_files, pairs
 from accelpipe.datasets.download import download, safe_extract
+from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.datasets.tfrecord import Split, write_splits
-from accelpipe.errors import ConfigError, DataError
+from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, write_json
 
-NUM_CLASSES = 150
-IGNORE_INDEX = 255
-ROOT = "ADEChallengeData2016"  # the zip's top-level folder
-URL = "http://data.csail.mit.edu/places/ADEchallenge/ADEChallengeData2016.zip"
-SHA1 = "219e1696abb36c8ba3a3afe7fb2f4b4606a897c7"  # Segmenter's segm/scripts/prepare_ade20k.py
-SPLITS = ("train", "val")
-SPLIT_FOLDERS = {"train": "training", "val": "validation"}
 VARIANT = "tfrecord"
 FORMAT = "accelpipe ADE20K TFRecord v1: ADEChallengeData2016 JPEG and PNG bytes as they are"
 LABEL_CONVENTION = (
@@ -51,48 +39,10 @@ LABEL_CONVENTION = (
     "reduce_zero_label), so class c of `classes` is label c"
 )
 
-# objectInfo150 names in order (mmseg ADE20KDataset.CLASSES, whose 'bed ' has a stray space);
-# CLASS_NAMES[c] is the name of training label c (raw value c + 1).
-CLASS_NAMES: tuple[str, ...] = (
-    "wall", "building", "sky", "floor", "tree", "ceiling", "road", "bed", "windowpane",
-    "grass", "cabinet", "sidewalk", "person", "earth", "door", "table", "mountain", "plant",
-    "curtain", "chair", "car", "water", "painting", "sofa", "shelf", "house", "sea", "mirror",
-    "rug", "field", "armchair", "seat", "fence", "desk", "rock", "wardrobe", "lamp", "bathtub",
-    "railing", "cushion", "base", "box", "column", "signboard", "chest of drawers", "counter",
-    "sand", "sink", "skyscraper", "fireplace", "refrigerator", "grandstand", "path", "stairs",
-    "runway", "case", "pool table", "pillow", "screen door", "stairway", "river", "bridge",
-    "bookcase", "blind", "coffee table", "toilet", "flower", "book", "hill", "bench",
-    "countertop", "stove", "palm", "kitchen island", "computer", "swivel chair", "boat", "bar",
-    "arcade machine", "hovel", "bus", "towel", "light", "truck", "tower", "chandelier",
-    "awning", "streetlight", "booth", "television receiver", "airplane", "dirt track",
-    "apparel", "pole", "land", "bannister", "escalator", "ottoman", "bottle", "buffet",
-    "poster", "stage", "van", "ship", "fountain", "conveyer belt", "canopy", "washer",
-    "plaything", "swimming pool", "stool", "barrel", "basket", "waterfall", "tent", "bag",
-    "minibike", "cradle", "oven", "ball", "food", "step", "tank", "trade name", "microwave",
-    "pot", "animal", "bicycle", "lake", "dishwasher", "screen", "blanket", "sculpture", "hood",
-    "sconce", "vase", "traffic light", "tray", "ashcan", "fan", "pier", "crt screen", "plate",
-    "monitor", "bulletin board", "shower", "radiator", "glass", "clock", "flag",
-)  # fmt: skip
-
-
-def image_dir(raw: Path, split: str) -> Path:
-    return Path(raw) / "images" / SPLIT_FOLDERS[split]
-
-
-def annotation_dir(raw: Path, split: str) -> Path:
-    return Path(raw) / "annotations" / SPLIT_FOLDERS[split]
-
-
-def file_stem(split: str, index: int) -> str:
-    """ADE_train_00000001 (index from 1), the stem both files of an image share."""
-    return f"ADE_{split}_{index:08d}"
-
 
 def check_raw(raw: str | Path) -> dict[str, int]:
     """Check the layout and that every image has its annotation and vice versa; return the
     images per split. Pixel contents are checked when the records are written."""
-    from accelpipe.datasets.ade20k_tfrecord import pairs
-
     return {split: len(pairs(Path(raw), split)) for split in SPLITS}
 
 
@@ -123,30 +73,29 @@ def _link_copy(location: str, out: Path) -> None:
         (out / folder).symlink_to((root / folder).resolve(), target_is_directory=True)
 
 
-def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
-    """Create the raw layout in `out` from the configured source; return facts for provenance."""
-    source = cfg.get("source", "synthetic")
-    if source == "synthetic":
-        from accelpipe.datasets.ade20k_synthetic import synthesize
+def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
+    synthesize(
+        out,
+        train_images=synth["train_images"],
+        val_images=synth["val_images"],
+        size=synth["size"],
+        seed=synth["seed"],
+    )
 
-        synth = cfg.get("synthetic") or {}
-        synthesize(
-            out,
-            train_images=synth.get("train_images", 24),
-            val_images=synth.get("val_images", 8),
-            size=synth.get("size", (96, 72)),
-            seed=synth.get("seed", 0),
-        )
-    elif source == "ade20k":
-        block = cfg.get("download") or {}
-        fetch(out, downloads, block.get("url") or URL, block.get("sha1") or SHA1)
-    elif source.startswith("path:"):
-        _link_copy(source.removeprefix("path:"), out)
-    else:
-        raise ConfigError(
-            f"datasets.ade20k.source: unknown source {source!r} (synthetic | ade20k | path:...)"
-        )
-    return {"source": source.split(":", 1)[0], "images": check_raw(out)}
+
+def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
+    fetch(out, downloads, block["url"], block["sha1"])
+
+
+SOURCES = RawSources(
+    dataset="ade20k",
+    official="ade20k",
+    settings="download",
+    synthesize=_synthesize,
+    fetch=_download,
+    link=_link_copy,
+    check=lambda raw: {"images": check_raw(raw)},
+)
 
 
 # ----------------------------------------------------------------------------- preparation
@@ -170,8 +119,6 @@ def prepare(
     is one DataError naming the files, and an existing `out` is left untouched. Records are
     checked against the expected count.
     """
-    from accelpipe.datasets.ade20k_tfrecord import encode, pair_files, pairs
-
     raw, out = Path(raw), Path(out)
     shards = {"train": train_shards, "val": val_shards}
     plans = {split: pairs(raw, split) for split in SPLITS}
@@ -186,8 +133,6 @@ def prepare(
 
 
 def _meta(counts: dict[str, int], shards: dict[str, int], verify_labels: bool) -> dict[str, Any]:
-    from accelpipe.datasets.ade20k_tfrecord import FEATURES
-
     return {
         "format": FORMAT,
         "features": FEATURES,
@@ -206,12 +151,12 @@ def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], wor
     """The prepared variants of ADE20K; `tfrecord` holds the raw JPEG and PNG bytes."""
     if variant != VARIANT:
         raise DataError(f"ade20k has no prepared variant {variant!r} (known: {VARIANT})")
-    options = cfg.get("prepare") or {}
+    options = cfg["prepare"]
     return prepare(
         raw,
         out,
-        train_shards=options.get("train_shards", 64),
-        val_shards=options.get("val_shards", 8),
+        train_shards=options["train_shards"],
+        val_shards=options["val_shards"],
         workers=workers,
-        verify_labels=options.get("verify_labels", False),
+        verify_labels=options["verify_labels"],
     )

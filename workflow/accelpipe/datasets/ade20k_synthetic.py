@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from accelpipe.datasets.ade20k import annotation_dir, file_stem, image_dir
+from accelpipe.datasets.ade20k_layout import annotation_dir, file_stem, image_dir
 from accelpipe.datasets.synthetic_images import image_size, noisy_background
 
 # (ADE20K class id 1..150, RGB colour, texture): wall, sky, person, awning, flag.

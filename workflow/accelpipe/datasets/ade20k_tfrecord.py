@@ -33,7 +33,7 @@ import numpy as np
 from PIL import Image
 
 from accelpipe.datasets import image_bytes
-from accelpipe.datasets.ade20k import NUM_CLASSES, annotation_dir, image_dir
+from accelpipe.datasets.ade20k_layout import NUM_CLASSES, annotation_dir, image_dir
 from accelpipe.datasets.image_bytes import png_header, png_problem
 from accelpipe.datasets.tfrecord import bytes_feature, example, int64_feature
 from accelpipe.errors import DataError

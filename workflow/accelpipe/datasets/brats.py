@@ -1,15 +1,10 @@
 """BraTS (MSD Task01_BrainTumour) and any MSD task like it: raw check, 2D preprocessing, folds.
 
-Raw layout (as downloaded from the Medical Segmentation Decathlon)::
-
-    <raw_dir>/Task01_BrainTumour/dataset.json
-    <raw_dir>/Task01_BrainTumour/imagesTr/BRATS_001.nii.gz   # 4D (X, Y, Z, 4) float
-    <raw_dir>/Task01_BrainTumour/labelsTr/BRATS_001.nii.gz   # 3D (X, Y, Z) uint8, values 0..3
-    <raw_dir>/Task01_BrainTumour/imagesTs/
-
-A `path:` source may hold another MSD task: images 3D (X, Y, Z) for one modality or 4D
-(X, Y, Z, C), any NIfTI variant nibabel reads (`accelpipe.datasets.nifti`); the channel count is
-the number of `modality` entries and the classes are the `labels` of its dataset.json.
+Raw layout (as downloaded from the Medical Segmentation Decathlon):
+`accelpipe.datasets.brats_layout`. A `path:` source may hold another MSD task: images 3D
+(X, Y, Z) for one modality or 4D (X, Y, Z, C), any NIfTI variant nibabel reads
+(`accelpipe.datasets.nifti`); the channel count is the number of `modality` entries and the
+classes are the `labels` of its dataset.json.
 
 Prepared layout (what the 2D loader in `accelpipe.inputs.slices` reads)::
 
@@ -30,22 +25,21 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.datasets import existing_copy
+from accelpipe.datasets import msd
 from accelpipe.datasets.brats_case import prepare_case, release_scratch
-from accelpipe.datasets.brats_synthetic import LABELS, MODALITIES, TASK, synthesize
+from accelpipe.datasets.brats_layout import LABELS, MODALITIES, TASK
+from accelpipe.datasets.brats_synthetic import synthesize
 from accelpipe.datasets.pool import map_tasks
+from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
 
 __all__ = [
-    "LABELS",
-    "MODALITIES",
-    "TASK",
+    "SOURCES",
     "check_raw",
     "dataset_meta",
     "kfold",
     "make_folds",
-    "make_raw",
     "prepare",
     "prepare_variant",
     "synthesize",
@@ -218,29 +212,34 @@ def _run(tasks: list, workers: int) -> Iterable[dict]:
 
 
 # --------------------------------------------------------------------------------------------
-# Pipeline entry points (called by `accelpipe raw` and `accelpipe prepare`)
+# Sources (run by `sources.make_raw`) and the prepared variants (`accelpipe prepare`)
 # --------------------------------------------------------------------------------------------
 
 
-def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
-    """Create the raw layout `<out>/Task01_BrainTumour` from the configured source."""
-    from accelpipe.datasets import msd
+def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
+    synthesize(out, cases=synth["cases"], shape=synth["shape"], seed=synth["seed"])
 
-    source = cfg["source"]
-    if source == "synthetic":
-        synth = cfg["synthetic"]
-        synthesize(out, cases=synth["cases"], shape=synth["shape"], seed=synth["seed"])
-    elif source == "msd":
-        msd.fetch_task(
-            TASK, out, url=cfg["msd"]["url"], md5=cfg["msd"]["md5"], download_dir=downloads
-        )
-    else:
-        task_dir = existing_copy(source.removeprefix("path:"), TASK, "brats")
-        check_raw(task_dir)
-        out.mkdir(parents=True)
-        (out / TASK).symlink_to(task_dir.resolve(), target_is_directory=True)
-    cases = check_raw(out / TASK)
-    return {"source": source.split(":", 1)[0], "cases": len(cases)}
+
+def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
+    msd.fetch_task(TASK, out, url=block["url"], md5=block["md5"], download_dir=downloads)
+
+
+def _link_copy(location: str, out: Path) -> None:
+    task_dir = existing_copy(location, TASK, "brats")
+    check_raw(task_dir)
+    out.mkdir(parents=True)
+    (out / TASK).symlink_to(task_dir.resolve(), target_is_directory=True)
+
+
+SOURCES = RawSources(
+    dataset="brats",
+    official="msd",
+    settings="msd",
+    synthesize=_synthesize,
+    fetch=_download,
+    link=_link_copy,
+    check=lambda raw: {"cases": len(check_raw(raw / TASK))},
+)
 
 
 def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], workers: int) -> Path:

@@ -1,8 +1,9 @@
 """Synthetic BraTS (MSD Task01_BrainTumour): brain-like volumes in the raw MSD layout.
 
 Writes what `accelpipe.datasets.brats.check_raw` and `prepare` read, as the real download
-has it: `<raw_dir>/Task01_BrainTumour/{dataset.json, imagesTr/, labelsTr/, imagesTs/}`, images
-4D (X, Y, Z, 4) float32 with a zero background, labels 3D (X, Y, Z) uint8 with values 0..3.
+has it (`accelpipe.datasets.brats_layout`):
+`<raw_dir>/Task01_BrainTumour/{dataset.json, imagesTr/, labelsTr/, imagesTs/}`, images 4D
+(X, Y, Z, 4) float32 with a zero background, labels 3D (X, Y, Z) uint8 with values 0..3.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from accelpipe.datasets.brats_layout import LABELS, MODALITIES, TASK
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
-
-TASK = "Task01_BrainTumour"
-MODALITIES = {"0": "FLAIR", "1": "T1w", "2": "t1gd", "3": "T2w"}
-LABELS = {"0": "background", "1": "edema", "2": "non-enhancing tumor", "3": "enhancing tumour"}
 
 # Tissue classes of the synthetic anatomy; rows of _CONTRAST.
 _WM, _GM, _CSF, _VESSEL, _EDEMA, _CORE, _ENH = range(7)

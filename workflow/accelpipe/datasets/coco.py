@@ -27,11 +27,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from accelpipe.datasets import existing_copy
-from accelpipe.datasets.coco_instances import SplitStats, records
+from accelpipe.datasets.coco_instances import SplitStats, load_instances, records
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.coco_tfrecord import encode, image_files
 from accelpipe.datasets.download import download, safe_extract
+from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.datasets.tfrecord import Split, write_splits
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.io import atomic_path, write_json
@@ -79,8 +79,6 @@ def check_raw(raw: str | Path) -> dict[str, int]:
     Only the layout and the JSON's top-level lists are checked here; every image and box is
     checked when it is converted.
     """
-    from accelpipe.datasets.coco_instances import load_instances
-
     raw = Path(raw)
     counts = {}
     for split in SPLITS:
@@ -143,28 +141,29 @@ def _link_copy(location: str, out: Path) -> None:
         (out / folder).symlink_to((root / folder).resolve(), target_is_directory=True)
 
 
-def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
-    """Create the raw layout in `out` from the configured source; return facts for provenance."""
-    source = cfg.get("source", "synthetic")
-    if source == "synthetic":
-        synth = cfg.get("synthetic") or {}
-        synthesize(
-            out,
-            train_images=synth.get("train_images", 48),
-            val_images=synth.get("val_images", 16),
-            size=synth.get("size", (96, 72)),
-            seed=synth.get("seed", 0),
-        )
-    elif source == "coco":
-        fetch(out, downloads, zip_table(cfg.get("download")))
-    elif source.startswith("path:"):
-        _link_copy(source.removeprefix("path:"), out)
-    else:
-        raise ConfigError(
-            f"datasets.coco.source: unknown source {source!r} (synthetic | coco | path:...)"
-        )
-    counts = check_raw(out)
-    return {"source": source.split(":", 1)[0], "images": counts}
+def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
+    synthesize(
+        out,
+        train_images=synth["train_images"],
+        val_images=synth["val_images"],
+        size=synth["size"],
+        seed=synth["seed"],
+    )
+
+
+def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
+    fetch(out, downloads, zip_table(block))
+
+
+SOURCES = RawSources(
+    dataset="coco",
+    official="coco",
+    settings="download",
+    synthesize=_synthesize,
+    fetch=_download,
+    link=_link_copy,
+    check=lambda raw: {"images": check_raw(raw)},
+)
 
 
 # ----------------------------------------------------------------------------- preparation
@@ -249,11 +248,11 @@ def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], wor
     """The prepared variants of COCO; `tfrecord` is the SSD reference's TFRecord conversion."""
     if variant != VARIANT:
         raise DataError(f"coco has no prepared variant {variant!r} (known: {VARIANT})")
-    options = cfg.get("prepare") or {}
+    options = cfg["prepare"]
     return prepare(
         raw,
         out,
-        train_shards=options.get("train_shards", 256),
-        val_shards=options.get("val_shards", 32),
+        train_shards=options["train_shards"],
+        val_shards=options["val_shards"],
         workers=workers,
     )

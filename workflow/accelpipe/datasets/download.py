@@ -323,9 +323,9 @@ def safe_extract(archive: str | os.PathLike[str], dest_dir: str | os.PathLike[st
         try:
             (_extract_zip if is_zip else _extract_tar)(archive, tmp)
         except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as err:
-            raise DataError(f"{archive}: truncated or corrupt archive ({_one_line(err)})") from None
+            raise DataError(f"{archive}: truncated or corrupt archive ({one_line(err)})") from None
         except NotImplementedError as err:  # e.g. a zip compression method Python lacks
-            raise DataError(f"{archive}: unsupported archive feature ({_one_line(err)})") from None
+            raise DataError(f"{archive}: unsupported archive feature ({one_line(err)})") from None
     return dest_dir
 
 
@@ -336,7 +336,7 @@ def _starts_like_zip(archive: Path) -> bool:
         return fh.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
@@ -354,7 +354,9 @@ def _through_link(name: str, links: set[str]) -> bool:
     return any("/".join(parts[:i]) in links for i in range(1, len(parts)))
 
 
-def _tar_member_problem(member: tarfile.TarInfo, links: set[str]) -> str | None:
+def tar_member_problem(member: tarfile.TarInfo, links: set[str]) -> str | None:
+    """Why `member` may not be extracted (a path or a link leading outside the destination,
+    a device), or None; `links` are the link members seen before it."""
     name = member.name
     if _escapes(name):
         return "path escapes the destination"
@@ -371,7 +373,7 @@ def _tar_member_problem(member: tarfile.TarInfo, links: set[str]) -> str | None:
     return None
 
 
-class _EndCheckingTarInfo(tarfile.TarInfo):
+class EndCheckingTarInfo(tarfile.TarInfo):
     """Records why tarfile stopped reading headers.
 
     After the first member, tarfile treats a missing, truncated or garbled header as
@@ -390,7 +392,7 @@ class _EndCheckingTarInfo(tarfile.TarInfo):
 
 def _open_tar(archive: Path) -> tarfile.TarFile:
     try:
-        return tarfile.open(archive, "r:*", tarinfo=_EndCheckingTarInfo)
+        return tarfile.open(archive, "r:*", tarinfo=EndCheckingTarInfo)
     except tarfile.ReadError:  # its message lists every compression it tried: too noisy
         raise DataError(
             f"{archive}: not a readable tar or zip archive (truncated or corrupt)"
@@ -404,7 +406,7 @@ def _extract_tar(archive: Path, dest: Path) -> None:
             raise DataError(f"{archive}: truncated tar (no end-of-archive marker)")
         links: set[str] = set()
         for member in members:
-            problem = _tar_member_problem(member, links)
+            problem = tar_member_problem(member, links)
             if problem:
                 raise DataError(f"{archive}: refusing member {member.name!r}: {problem}")
             if member.issym() or member.islnk():

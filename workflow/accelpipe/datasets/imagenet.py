@@ -3,13 +3,8 @@
 ImageNet has no public download. `source: import` lays out the tars the user supplies,
 `source: path:/folder` links an existing ImageFolder, and `source: synthetic` (the default)
 draws a tiny learnable dataset, packs it into tars in the official layout and imports those,
-so every default run exercises the importer end to end.
-
-Raw layout (every source)::
-
-    <raw>/ILSVRC2012/train/<wnid>/*.JPEG
-    <raw>/ILSVRC2012/val/<wnid>/*.JPEG
-    <raw>/ILSVRC2012/classes.json    {"wnids": [sorted], "words": {wnid: name}} (words may be {})
+so every default run exercises the importer end to end. The archives' and the raw folder's
+layouts: `accelpipe.datasets.imagenet_layout`.
 
 Prepared variant `index`::
 
@@ -18,8 +13,8 @@ Prepared variant `index`::
     <out>/classes.json               wnids in label order + words
     <out>/config.json                {"root", "classes", "train", "val"}
 
-Import of the official tars (and their layout): `accelpipe.datasets.imagenet_tars`; synthetic
-data: `accelpipe.datasets.imagenet_synthetic`.
+Import of the official tars: `accelpipe.datasets.imagenet_tars`; synthetic data:
+`accelpipe.datasets.imagenet_synthetic`.
 """
 
 from __future__ import annotations
@@ -27,38 +22,29 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-from accelpipe.datasets.download import _one_line, md5sum
+from accelpipe.datasets.download import md5sum, one_line
+from accelpipe.datasets.imagenet_layout import (
+    DEVKIT,
+    KEY,
+    ROOT,
+    SPLITS,
+    TRAIN_TAR,
+    VAL_TAR,
+    known_words,
+)
+from accelpipe.datasets.imagenet_synthetic import synthesize_tars
+from accelpipe.datasets.imagenet_tars import import_tars
 from accelpipe.datasets.pool import map_tasks
+from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.io import atomic_path, read_json, write_json
 
-ROOT = "ILSVRC2012"
-SPLITS = ("train", "val")
-TRAIN_TAR = "ILSVRC2012_img_train.tar"
-VAL_TAR = "ILSVRC2012_img_val.tar"
-DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
-GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 CSV_HEADER = ("path", "label", "bytes", "width", "height")
-_KEY = "datasets.imagenet"
-
-
-# --------------------------------------------------------------------------------------------
-# Names shared with imagenet_tars and imagenet_synthetic
-# --------------------------------------------------------------------------------------------
-
-
-def _val_name(number: int) -> str:
-    return f"ILSVRC2012_val_{number:08d}.JPEG"
-
-
-def _known(words: dict[str, str], wnids: Sequence[str]) -> dict[str, str]:
-    return {w: words[w] for w in wnids if w in words}
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,24 +108,20 @@ def _existing_words(root: Path) -> dict[str, str]:
     return {}
 
 
-def _link_existing(location: str, out: Path) -> Path:
+def _link_existing(location: str, out: Path) -> None:
     """`path:` source: link train/ and val/ of an existing ImageFolder under <out>/ILSVRC2012.
 
     Linking the two splits (not the whole root) leaves room for our classes.json without
     writing into the user's copy.
     """
-    path = Path(location).expanduser()
-    if not path.exists():
-        raise DataError(f"{path}: dataset path given by {_KEY}.source does not exist")
-    root = path / ROOT if (path / ROOT).is_dir() else path
+    root = existing_copy(location, ROOT, "imagenet")
     summary = check_raw(root)
     dest = out / ROOT
     dest.mkdir(parents=True)
     for split in SPLITS:
         (dest / split).symlink_to((root / split).resolve(), target_is_directory=True)
-    words = _known(_existing_words(root), summary["wnids"])
+    words = known_words(_existing_words(root), summary["wnids"])
     write_json(dest / "classes.json", {"wnids": summary["wnids"], "words": words})
-    return dest
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,7 +135,7 @@ def _image_size(path: Path) -> tuple[int, int]:
         with Image.open(path) as im:
             return im.size
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
-        raise DataError(f"{path}: not a readable image ({_one_line(err)})") from None
+        raise DataError(f"{path}: not a readable image ({one_line(err)})") from None
 
 
 def _index_class(task: tuple[str, str, str, int]) -> tuple[str, list[tuple]]:
@@ -176,7 +158,7 @@ def index(root: str | Path, out: str | Path, *, workers: int = 1) -> Path:
     root, out = Path(root), Path(out)
     summary = check_raw(root)
     wnids = summary["wnids"]
-    words = _known(_existing_words(root), wnids)
+    words = known_words(_existing_words(root), wnids)
     tasks = [(str(root), split, w, i) for split in SPLITS for i, w in enumerate(wnids)]
     counts = dict.fromkeys(SPLITS, 0)
     with atomic_path(out) as tmp:
@@ -196,74 +178,63 @@ def index(root: str | Path, out: str | Path, *, workers: int = 1) -> Path:
 
 
 # --------------------------------------------------------------------------------------------
-# Pipeline entry points (called by `accelpipe raw` and `accelpipe prepare`)
-# imagenet_tars and imagenet_synthetic import this module's names, so they are imported
-# lazily here (as in ade20k.py): no import cycle.
+# Sources (run by `sources.make_raw`) and the prepared variants (`accelpipe prepare`)
 # --------------------------------------------------------------------------------------------
 
 
-def _import_raw(cfg: dict[str, Any], out: Path) -> Path:
-    from accelpipe.datasets.imagenet_tars import import_tars
-
+def _import_raw(block: dict[str, Any], out: Path, downloads: Path) -> None:
     for key in ("train_tar", "val_tar"):
-        if not cfg.get(key):
-            raise ConfigError(f"{_KEY}.import.{key} is not set (path to the {key} archive)")
-    return import_tars(
+        if not block[key]:
+            raise ConfigError(f"{KEY}.import.{key} is not set (path to the {key} archive)")
+    import_tars(
         out,
-        train_tar=cfg["train_tar"],
-        val_tar=cfg["val_tar"],
-        devkit=cfg.get("devkit") or None,
-        val_labels=cfg.get("val_labels") or None,
-        md5=cfg.get("md5") or {},
+        train_tar=block["train_tar"],
+        val_tar=block["val_tar"],
+        devkit=block["devkit"] or None,
+        val_labels=block["val_labels"] or None,
+        md5=block["md5"],
     )
 
 
-def _synthetic_raw(cfg: dict[str, Any], out: Path, downloads: Path) -> Path:
+def _synthetic_raw(synth: dict[str, Any], out: Path, downloads: Path) -> None:
     """Synthesize the official archives into <downloads>/imagenet-synthetic (kept, replaced
     on each run) and import them, with their md5s, like a user's tars."""
-    from accelpipe.datasets.imagenet_synthetic import synthesize_tars
-    from accelpipe.datasets.imagenet_tars import import_tars
-
     tars_dir = downloads / "imagenet-synthetic"
     with atomic_path(tars_dir) as tmp:
         synthesize_tars(
             tmp,
-            classes=cfg["classes"],
-            train_per_class=cfg["train_per_class"],
-            val_per_class=cfg["val_per_class"],
-            size=cfg["size"],
-            seed=cfg["seed"],
+            classes=synth["classes"],
+            train_per_class=synth["train_per_class"],
+            val_per_class=synth["val_per_class"],
+            size=synth["size"],
+            seed=synth["seed"],
         )
     tars = {"train_tar": tars_dir / TRAIN_TAR, "val_tar": tars_dir / VAL_TAR}
     tars["devkit"] = tars_dir / DEVKIT
-    return import_tars(out, **tars, md5={key: md5sum(path) for key, path in tars.items()})
+    import_tars(out, **tars, md5={key: md5sum(path) for key, path in tars.items()})
 
 
-def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
-    """Create the raw layout `<out>/ILSVRC2012` from the configured source; return its facts."""
-    source, out = cfg["source"], Path(out)
-    if source == "synthetic":
-        root = _synthetic_raw(cfg["synthetic"], out, Path(downloads))
-    elif source == "import":
-        root = _import_raw(cfg["import"], out)
-    elif source.startswith("path:"):
-        root = _link_existing(source.removeprefix("path:"), out)
-    else:
-        raise ConfigError(f"{_KEY}.source: {source!r} is not synthetic, import or path:<folder>")
-    summary = check_raw(root)
-    return {
-        "source": source.split(":", 1)[0],
-        "classes": len(summary["wnids"]),
-        "train": summary["train"],
-        "val": summary["val"],
-    }
+def _raw_facts(out: Path) -> dict[str, Any]:
+    summary = check_raw(out / ROOT)
+    return {"classes": len(summary["wnids"]), "train": summary["train"], "val": summary["val"]}
+
+
+SOURCES = RawSources(
+    dataset="imagenet",
+    official="import",
+    settings="import",
+    synthesize=_synthetic_raw,
+    fetch=_import_raw,
+    link=_link_existing,
+    check=_raw_facts,
+)
 
 
 def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], workers: int) -> Path:
     """The prepared variants of ImageNet; `index` lists every image with its label and size."""
     if variant != "index":
         raise DataError(f"imagenet has no prepared variant {variant!r} (known: index)")
-    options = cfg.get("prepare") or {}
+    options = cfg["prepare"]
     if options:
         raise ConfigError(f"imagenet index takes no prepare options, got {sorted(options)}")
     return index(Path(raw) / ROOT, out, workers=workers)

@@ -1,7 +1,7 @@
 """Synthetic ILSVRC2012: a tiny learnable dataset written as the three official archives.
 
 `source: synthetic` (the default) packs it into tars in the official layout (described in
-`accelpipe.datasets.imagenet_tars`) and imports those like a user's tars, so every default
+`accelpipe.datasets.imagenet_layout`) and imports those like a user's tars, so every default
 run exercises the importer end to end. Each class is noisy, cluttered stripes of its own hue:
 mean colour alone separates the classes.
 """
@@ -19,13 +19,13 @@ import numpy as np
 import scipy.io
 from PIL import Image
 
-from accelpipe.datasets.imagenet import (
-    _KEY,
+from accelpipe.datasets.imagenet_layout import (
     DEVKIT,
     GROUND_TRUTH,
+    KEY,
     TRAIN_TAR,
     VAL_TAR,
-    _val_name,
+    val_name,
 )
 from accelpipe.errors import ConfigError
 
@@ -133,7 +133,7 @@ def synthesize_tars(
     size = tuple(int(s) for s in size)
     if classes < 2 or train_per_class < 1 or val_per_class < 1 or len(size) != 2:
         raise ConfigError(
-            f"{_KEY}.synthetic: need classes >= 2, train_per_class >= 1, val_per_class >= 1 "
+            f"{KEY}.synthetic: need classes >= 2, train_per_class >= 1, val_per_class >= 1 "
             f"and size [width, height], got {classes}, {train_per_class}, {val_per_class}, {size}"
         )
     rng = np.random.default_rng(seed)
@@ -154,7 +154,7 @@ def synthesize_tars(
     order = rng.permutation(np.repeat(np.arange(classes), val_per_class)).tolist()
     with tarfile.open(paths["val_tar"], "w", format=tarfile.GNU_FORMAT) as tf:
         for k, rng_ in enumerate(_rngs((seed, 1), len(order))):
-            _add_bytes(tf, _val_name(k + 1), _jpeg(_synth_image(rng_, styles[order[k]], size)))
+            _add_bytes(tf, val_name(k + 1), _jpeg(_synth_image(rng_, styles[order[k]], size)))
     truth = "".join(f"{ids[c]}\n" for c in order)
     _write_devkit(paths["devkit"], wnids, styles, ids, truth, train_per_class)
     return paths

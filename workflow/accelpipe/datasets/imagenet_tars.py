@@ -1,16 +1,9 @@
 """Import of the official ILSVRC2012 archives into the raw ImageFolder layout.
 
 ImageNet has no public download: `source: import` lays out the tars the user supplies (and
-`source: synthetic` the ones `accelpipe.datasets.imagenet_synthetic` writes). The raw layout
-written is described in `accelpipe.datasets.imagenet`.
-
-Official archives (what `import` reads)::
-
-    ILSVRC2012_img_train.tar       n01440764.tar ...            one tar per class
-        n01440764.tar              n01440764_10026.JPEG ...     flat
-    ILSVRC2012_img_val.tar         ILSVRC2012_val_00000001.JPEG ...   flat
-    ILSVRC2012_devkit_t12.tar.gz   ILSVRC2012_devkit_t12/data/meta.mat   `synsets` struct array
-                                   ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt
+`source: synthetic` the ones `accelpipe.datasets.imagenet_synthetic` writes). Both layouts,
+the archives read and the raw folder written, are described in
+`accelpipe.datasets.imagenet_layout`.
 """
 
 from __future__ import annotations
@@ -30,13 +23,13 @@ import numpy as np
 import scipy.io
 
 from accelpipe.datasets.download import (
-    _EndCheckingTarInfo,
-    _one_line,
-    _tar_member_problem,
+    EndCheckingTarInfo,
     md5sum,
+    one_line,
     safe_extract,
+    tar_member_problem,
 )
-from accelpipe.datasets.imagenet import _KEY, GROUND_TRUTH, ROOT, _known, _val_name
+from accelpipe.datasets.imagenet_layout import GROUND_TRUTH, KEY, ROOT, known_words, val_name
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.io import write_json
 
@@ -52,10 +45,10 @@ def _open_stream(source: Path | IO[bytes], label: str) -> Iterator[tarfile.TarFi
     """
     where = {"name": source} if isinstance(source, Path) else {"fileobj": source}
     try:
-        with tarfile.open(mode="r|*", tarinfo=_EndCheckingTarInfo, **where) as tf:
+        with tarfile.open(mode="r|*", tarinfo=EndCheckingTarInfo, **where) as tf:
             yield tf
     except (tarfile.TarError, EOFError, zlib.error) as err:
-        raise DataError(f"{label}: truncated or corrupt tar ({_one_line(err)})") from None
+        raise DataError(f"{label}: truncated or corrupt tar ({one_line(err)})") from None
 
 
 def _files(tf: tarfile.TarFile, label: str) -> Iterator[tarfile.TarInfo]:
@@ -66,7 +59,7 @@ def _files(tf: tarfile.TarFile, label: str) -> Iterator[tarfile.TarInfo]:
     """
     while (member := tf.next()) is not None:
         tf.members.clear()
-        problem = _tar_member_problem(member, set())
+        problem = tar_member_problem(member, set())
         name = posixpath.normpath(member.name)
         if problem is None and not (member.isfile() or member.isdir()):
             problem = "only regular files are allowed"
@@ -150,7 +143,7 @@ def _read_meta(path: Path, label: str) -> tuple[dict[int, str], dict[str, str]]:
     try:
         synsets = scipy.io.loadmat(path, squeeze_me=True).get("synsets")
     except (ValueError, TypeError, OSError, scipy.io.matlab.MatReadError) as err:
-        raise DataError(f"{label}: not a readable MAT-file ({_one_line(err)})") from None
+        raise DataError(f"{label}: not a readable MAT-file ({one_line(err)})") from None
     fields = set(getattr(getattr(synsets, "dtype", None), "names", None) or ())
     if not {"ILSVRC2012_ID", "WNID"} <= fields:
         raise DataError(f"{label}: no `synsets` struct with ILSVRC2012_ID and WNID fields")
@@ -179,7 +172,7 @@ def _read_ground_truth(path: Path, ids: dict[int, str], label: str) -> dict[str,
                 f"{label} line {i}: {line.strip()!r} is not the ILSVRC2012_ID of a class "
                 "in meta.mat"
             )
-        labels[_val_name(i)] = wnid
+        labels[val_name(i)] = wnid
     return labels
 
 
@@ -232,7 +225,7 @@ def _check_md5(path: Path, expected: str | None, key: str) -> None:
     actual = md5sum(path)
     if actual != expected.lower():
         raise DataError(
-            f"{path}: md5 mismatch for {_KEY}.import.{key}: expected {expected}, got {actual}"
+            f"{path}: md5 mismatch for {KEY}.import.{key}: expected {expected}, got {actual}"
         )
 
 
@@ -255,9 +248,9 @@ def import_tars(
     paths = {key: Path(p).expanduser() for key, p in given.items() if p is not None}
     for key, path in paths.items():
         if not path.is_file():
-            raise DataError(f"{path}: file given by {_KEY}.import.{key} not found")
+            raise DataError(f"{path}: file given by {KEY}.import.{key} not found")
     if "devkit" not in paths and "val_labels" not in paths:
-        raise ConfigError(f"{_KEY}.import: set devkit or val_labels (the val images' classes)")
+        raise ConfigError(f"{KEY}.import: set devkit or val_labels (the val images' classes)")
     for key in ("train_tar", "val_tar", "devkit"):
         if key in paths:
             _check_md5(paths[key], (md5 or {}).get(key), key)
@@ -269,5 +262,5 @@ def import_tars(
     root.mkdir(parents=True)
     wnids = _extract_train(paths["train_tar"], root / "train")
     _extract_val(paths["val_tar"], root / "val", labels, wnids, source)  # type: ignore[arg-type]
-    write_json(root / "classes.json", {"wnids": wnids, "words": _known(words, wnids)})
+    write_json(root / "classes.json", {"wnids": wnids, "words": known_words(words, wnids)})
     return root

@@ -1,20 +1,11 @@
 """NSCLC-Radiomics (TCIA): DICOM CT + DICOM SEG, synthetic or downloaded, prepared to NIfTI.
 
-Raw layout (the same for the synthetic, tcia and path: sources)::
-
-    <raw>/NSCLC-Radiomics/<PatientID>/<SeriesInstanceUID>/*.dcm
-
-with one folder per series: the SEG series (one multi-frame SEG object) and the CT series it
-references (one file per slice, named `1-001.dcm`... as in NBIA's zips, which hold the series'
-files flat). Preparation finds series by reading headers, not by folder names, so a copy in
-NBIA Data Retriever's deeper layout (`<PatientID>/<study>/<series>/`) works through `path:` too.
-
-Sources: `synthetic` (accelpipe.datasets.nsclc_synthetic); `tcia` downloads the SEG series of
-the collection and the CT series each one references through NBIA's REST API (see `tcia`;
-partial and finished downloads live in the downloads folder, outside the raw output, so a
-failed run resumes); `path:` links an existing copy after checking that it holds at least one
-SEG with its CT series. The folder is always called NSCLC-Radiomics, whatever collection name
-the API is asked for.
+Raw layout: `accelpipe.datasets.nsclc_layout`. Sources: `synthetic`
+(accelpipe.datasets.nsclc_synthetic); `tcia` downloads the SEG series of the collection and
+the CT series each one references through NBIA's REST API (see `tcia`; partial and finished
+downloads live in the downloads folder, outside the raw output, so a failed run resumes);
+`path:` links an existing copy after checking that it holds at least one SEG with its CT
+series.
 
 Prepared layout (variant `nifti`, what MONAI's `load_decathlon_datalist` reads)::
 
@@ -38,14 +29,16 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
-from accelpipe.datasets import dicom, existing_copy
+from accelpipe.datasets import dicom, tcia
+from accelpipe.datasets.nsclc_layout import COLLECTION
+from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.datasets.pool import map_tasks
+from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 
-COLLECTION = "NSCLC-Radiomics"
 VARIANTS = ("nifti",)
 
 
@@ -240,43 +233,45 @@ def prepare(
 
 
 # --------------------------------------------------------------------------------------------
-# Pipeline entry points (called by `accelpipe raw` and `accelpipe prepare`)
+# Sources (run by `sources.make_raw`) and the prepared variants (`accelpipe prepare`)
 # --------------------------------------------------------------------------------------------
 
 
-def make_raw(cfg: dict[str, Any], out: Path, downloads: str | Path) -> dict[str, Any]:
-    """Create the raw layout `<out>/NSCLC-Radiomics` from the configured source."""
-    source = cfg["source"]
-    if source == "synthetic":
-        from accelpipe.datasets.nsclc_synthetic import synthesize
+def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
+    synthesize(
+        out,
+        patients=synth["patients"],
+        shape=synth["shape"],
+        pixel_spacing=synth["pixel_spacing"],
+        slice_thickness=synth["slice_thickness"],
+        seed=synth["seed"],
+    )
 
-        synth = cfg["synthetic"]
-        synthesize(
-            out,
-            patients=synth["patients"],
-            shape=synth["shape"],
-            pixel_spacing=synth["pixel_spacing"],
-            slice_thickness=synth["slice_thickness"],
-            seed=synth["seed"],
-        )
-    elif source == "tcia":
-        from accelpipe.datasets import tcia
 
-        out.mkdir(parents=True)
-        t = cfg["tcia"]
-        facts = tcia.fetch_collection(
-            t["url"], t["collection"], out / COLLECTION, Path(downloads), t.get("download_len")
-        )
-        log.info("fetched %(series)d series of %(patients)d patients from TCIA", facts)
-    elif source.startswith("path:"):
-        root = existing_copy(source.removeprefix("path:"), COLLECTION, "nsclc")
-        check_raw(root)
-        out.mkdir(parents=True)
-        (out / COLLECTION).symlink_to(root.resolve(), target_is_directory=True)
-    else:
-        raise DataError(f"datasets.nsclc.source: unknown source {source!r}")
-    cases = check_raw(out / COLLECTION)
-    return {"source": source.split(":", 1)[0], "patients": len(cases)}
+def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
+    out.mkdir(parents=True)
+    facts = tcia.fetch_collection(
+        block["url"], block["collection"], out / COLLECTION, downloads, block["download_len"]
+    )
+    log.info("fetched %(series)d series of %(patients)d patients from TCIA", facts)
+
+
+def _link_copy(location: str, out: Path) -> None:
+    root = existing_copy(location, COLLECTION, "nsclc")
+    check_raw(root)
+    out.mkdir(parents=True)
+    (out / COLLECTION).symlink_to(root.resolve(), target_is_directory=True)
+
+
+SOURCES = RawSources(
+    dataset="nsclc",
+    official="tcia",
+    settings="tcia",
+    synthesize=_synthesize,
+    fetch=_download,
+    link=_link_copy,
+    check=lambda raw: {"patients": len(check_raw(raw / COLLECTION))},
+)
 
 
 def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], workers: int) -> Path:

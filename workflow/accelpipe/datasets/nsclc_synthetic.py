@@ -1,11 +1,12 @@
 """Synthetic NSCLC-Radiomics: small chest-like CTs with a DICOM SEG, deterministic by seed.
 
 Writes what `accelpipe.datasets.nsclc.check_raw` and `prepare` read, in the raw layout of the
-download: `<raw_dir>/NSCLC-Radiomics/<PatientID>/<SeriesInstanceUID>/*.dcm`, per patient one
-CT series (one CT Image Storage file per slice, `1-001.dcm`..., real CT tags, Hounsfield
-values: air, body, spine, lungs, a tumour) and one BINARY highdicom SEG series (segments
-"Lungs-Total" and "GTV-1"). It is the default source, so the swinunetr workload and the
-tests run without the TCIA download.
+download (`accelpipe.datasets.nsclc_layout`):
+`<raw_dir>/NSCLC-Radiomics/<PatientID>/<SeriesInstanceUID>/*.dcm`, per patient one CT series
+(one CT Image Storage file per slice, `1-001.dcm`..., real CT tags, Hounsfield values: air,
+body, spine, lungs, a tumour) and one BINARY highdicom SEG series (segments "Lungs-Total" and
+"GTV-1"). It is the default source, so the swinunetr workload and the tests run without the
+TCIA download.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.datasets.nsclc import COLLECTION
+from accelpipe.datasets.nsclc_layout import COLLECTION
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from accelpipe.datasets import tfrecord
-from accelpipe.datasets.ade20k import IGNORE_INDEX, NUM_CLASSES
+from accelpipe.datasets.ade20k_layout import IGNORE_INDEX, NUM_CLASSES
 from accelpipe.datasets.tfrecord import keyed, worker_records
 from accelpipe.inputs.tf_data_checks import check
 from accelpipe.keras2 import tf

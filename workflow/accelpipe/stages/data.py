@@ -8,6 +8,7 @@ from pathlib import Path
 
 from accelpipe import datasets, provenance
 from accelpipe.config import load_slice
+from accelpipe.datasets.sources import make_raw
 from accelpipe.io import atomic_path
 
 
@@ -15,7 +16,7 @@ def run_raw(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     module = datasets.get(args.dataset)
     with atomic_path(args.out) as tmp:
-        facts = module.make_raw(load_slice(args.config_json), tmp, downloads=args.downloads)
+        facts = make_raw(module.SOURCES, load_slice(args.config_json), tmp, args.downloads)
         provenance.write_stage(tmp, "raw", started, dataset=args.dataset, **facts)
 
 

@@ -8,6 +8,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from accelpipe.traces.jsonscan import Scratch, locate_objects
 from accelpipe.traces.problems import Malformed
 
 _PROBE_BYTES = 1 << 20  # decode at most this much of an unclosed event to find the fault
@@ -46,8 +47,6 @@ def unclosed_event(text: bytes, start: int, index: int) -> Malformed:
 
 def events_before(seg: bytes, start: int) -> int:
     """How many events of a block end before ``start`` (the error path only: it re-scans)."""
-    from accelpipe.traces.jsonscan import Scratch, locate_objects  # no cycle at import time
-
     clean = seg[:start].replace(b"\\\\", b"__").replace(b'\\"', b"__")
     starts, _ends, _partial, _cut = locate_objects(np.frombuffer(clean, np.uint8), Scratch())
     return len(starts)

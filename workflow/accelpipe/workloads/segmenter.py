@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from accelpipe.config import TrainConfig
-from accelpipe.datasets.ade20k import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
+from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import TFTrainJob
