@@ -1,8 +1,8 @@
 # accelpipe: dataset -> prepare -> train -> evaluate -> trace summary -> results.
-# Targets: results/unet2d/fold<k>, results/unet2d/cv, results/<workload>/<run> for
-# swinunetr, resnet50, ssd and segmenter (runs and grid trials named in config.yaml),
-# results/<workload>/grid (trials ranked), results/<workload>/benchmark (train-step
-# throughput per batch size x precision), results/compare (every finished run on one page).
+# Targets: results/<workload>/<run> (runs and grid runs named in config.yaml; unet2d's are
+# cross-validated: results/unet2d/[<run>/]fold<k> and [<run>/]cv), results/<workload>/grid
+# (grid runs ranked), results/<workload>/benchmark (train-step throughput per batch size x
+# precision), results/compare (every finished run on one page). `accelpipe targets` lists them.
 # See README.md.
 from snakemake.utils import min_version
 

@@ -63,12 +63,15 @@ os.environ["PATH"] = os.pathsep.join(
 
 
 # Names match loosely; the input functions then refuse a workload, run, dataset or variant
-# the config does not have, with a message naming the key, before any job runs.
+# the config does not have, with a message naming the key, before any job runs. A run is a
+# name, or a fold of one (`fold<k>`, `<name>/fold<k>`: accelpipe.config.split_fold); `cv`
+# is the default run's cross-validation, `<name>/cv` another run's.
 wildcard_constraints:
     workload="[a-z0-9]+",
     dataset="[a-z0-9]+",
     variant="[a-z0-9]+",
-    run="(?!(cv|grid|benchmark|compare)$)[A-Za-z0-9_-]+",
+    run="([A-Za-z0-9_-]+/)?fold[0-9]+|(?!(cv|grid|benchmark|compare)$)[A-Za-z0-9_-]+",
+    cv="([A-Za-z0-9_-]+/)?cv",
     row="(auto|bf16|fp16|fp32)-b[1-9][0-9]*",
 
 
@@ -290,8 +293,10 @@ def prepared_dir(wildcards):
 
 
 def fold_results(wildcards):
-    folds = checked(targets.check_cross_validation, config, wildcards.workload)
-    return [f"results/{wildcards.workload}/fold{k}" for k in range(folds)]
+    runs = checked(
+        targets.cross_validation_runs, config, wildcards.workload, wildcards.cv
+    )
+    return [f"results/{wildcards.workload}/{run}" for run in runs]
 
 
 def grid_results(wildcards):

@@ -37,14 +37,14 @@ rule cross_validation:
         runs=fold_results,
     output:
         report(
-            directory("results/{workload}/cv"),
+            directory("results/{workload}/{cv}"),
             patterns=["{name}.csv", "{name}.json"],
             caption="../report/cv.rst",
             category="{workload}",
-            subcategory="cross-validation",
+            subcategory="{cv}",
         ),
     log:
-        "logs/{workload}/cv.log",
+        "logs/{workload}/{cv}.log",
     conda:
         "../envs/cpu.yaml"
     container:

@@ -111,7 +111,7 @@ def test_a_grid_run_may_not_share_a_name_with_a_named_run() -> None:
 def test_grid_targets_need_a_grid() -> None:
     with pytest.raises(ConfigError, match=r"'segmenter\.grid' is empty"):
         targets.check_grid(validate({}), "segmenter")
-    with pytest.raises(ConfigError, match="ssd has no grid"):
-        targets.check_grid(validate({}), "ssd")
+    with pytest.raises(ConfigError, match="unknown workload 'yolo'"):
+        targets.check_grid(validate({}), "yolo")
     with pytest.raises(ConfigError, match="'grid' does not match"):
         validate({"segmenter": {"runs": {"grid": {}}}})

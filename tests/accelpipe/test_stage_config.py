@@ -52,6 +52,13 @@ def test_a_run_the_config_lacks_is_refused_naming_the_key(config: dict) -> None:
         stage_config.train(config, "ssd", "nope")
 
 
+def test_a_cross_validated_runs_folds_train_its_settings() -> None:
+    config = validate({"unet2d": {"runs": {"default": {}, "slow": {"lr": 0.0001}}}})
+    assert stage_config.train(config, "unet2d", "slow/fold3")["train"]["lr"] == 0.0001
+    default = stage_config.train(config, "unet2d", "fold3")["train"]
+    assert default == config["unet2d"]["train"]
+
+
 def test_benchmark_row_is_the_base_train_block_at_the_rows_precision_and_batch() -> None:
     config = validate(
         {
@@ -100,7 +107,7 @@ def _shipped_config(name: str) -> dict:
 def _every_slice(config: dict):
     """(stage, names, slice) of every slice the rules pass for `config`."""
     from accelpipe import registry, targets
-    from accelpipe.config import run_names
+    from accelpipe.config import fold_run, run_names
 
     for name in registry.DATASETS:
         yield "raw", {"dataset": name}, stage_config.raw(config, name)
@@ -111,7 +118,9 @@ def _every_slice(config: dict):
             {"dataset": entry.dataset, "variant": entry.variant},
             (stage_config.prepare(config, entry.dataset, entry.variant)),
         )
-        runs = run_names(config[workload], workload) or ["fold0"]
+        runs = run_names(config[workload], workload)
+        if "folds" in config[workload]:
+            runs = [fold_run(name, 0) for name in runs]
         for run in runs:
             for stage in ("train", "evaluate", "publish"):
                 yield stage, names, getattr(stage_config, stage)(config, workload, run)

@@ -8,9 +8,10 @@ from accelpipe import targets
 from accelpipe.config import validate
 from accelpipe.errors import ConfigError
 from accelpipe.targets import (
-    check_cross_validation,
     check_dataset,
+    check_grid,
     check_run,
+    cross_validation_runs,
     variant_owner,
     workload_data,
 )
@@ -18,18 +19,39 @@ from accelpipe.targets import (
 
 @pytest.fixture(scope="module")
 def config() -> dict:
-    return validate({"unet2d": {"folds": 5}, "swinunetr": {"runs": {"default": {}, "b": {}}}})
+    return validate(
+        {
+            "unet2d": {"folds": 5, "runs": {"default": {}, "slow": {"lr": 0.0001}}},
+            "swinunetr": {"runs": {"default": {}, "b": {}}},
+        }
+    )
 
 
-@pytest.mark.parametrize("run", ["fold0", "fold4"])
-def test_folds_below_the_count_exist(config: dict, run: str) -> None:
+@pytest.mark.parametrize("run", ["fold0", "fold4", "slow/fold0", "slow/fold4"])
+def test_folds_of_each_named_run_below_the_count_exist(config: dict, run: str) -> None:
     check_run(config, "unet2d", run)
 
 
-@pytest.mark.parametrize("run", ["fold5", "fold7", "fold01", "fold-1", "default", "fold"])
+@pytest.mark.parametrize(
+    "run", ["fold5", "fold7", "fold01", "fold-1", "default", "fold", "slow", "slow/fold5"]
+)
 def test_other_unet2d_runs_name_the_folds_key(config: dict, run: str) -> None:
-    with pytest.raises(ConfigError, match=r"'unet2d\.folds' is 5, so its runs are fold0 \.\.\. "):
+    with pytest.raises(ConfigError, match=r"'unet2d\.folds' is 5, so each run's folds are fold0"):
         check_run(config, "unet2d", run)
+
+
+def test_the_default_runs_folds_have_no_name_in_their_path(config: dict) -> None:
+    with pytest.raises(
+        ConfigError, match=r"folds of the run named default are results/unet2d/fold2"
+    ):
+        check_run(config, "unet2d", "default/fold2")
+
+
+def test_a_fold_of_an_unknown_run_names_the_runs_key(config: dict) -> None:
+    with pytest.raises(
+        ConfigError, match=r"'unet2d\.runs' has no run 'fast' \(known: default, slow"
+    ):
+        check_run(config, "unet2d", "fast/fold0")
 
 
 def test_named_runs_come_from_the_runs_key(config: dict) -> None:
@@ -46,9 +68,28 @@ def test_unknown_workload_lists_the_known_ones(config: dict) -> None:
 
 
 def test_cross_validation_only_where_there_are_folds(config: dict) -> None:
-    assert check_cross_validation(config, "unet2d") == 5
+    assert cross_validation_runs(config, "unet2d", "cv") == [f"fold{k}" for k in range(5)]
+    assert cross_validation_runs(config, "unet2d", "slow/cv") == [f"slow/fold{k}" for k in range(5)]
+    with pytest.raises(ConfigError, match=r"'unet2d\.runs' has no run 'fast'"):
+        cross_validation_runs(config, "unet2d", "fast/cv")
     with pytest.raises(ConfigError, match=r"swinunetr has no cross-validation.*'swinunetr\.runs'"):
-        check_cross_validation(config, "swinunetr")
+        cross_validation_runs(config, "swinunetr", "cv")
+
+
+@pytest.mark.parametrize("workload", ["unet2d", "swinunetr", "resnet50", "ssd", "segmenter"])
+def test_every_workload_has_a_grid_of_named_runs(workload: str) -> None:
+    config = validate({workload: {"grid": {"train.lr": [0.1, 0.01]}}})
+    runs = check_grid(config, workload)
+    # a cross-validated workload's grid ranks fold 0 of each run
+    names = ["lr-0p1", "lr-0p01"]
+    assert runs == ([f"{n}/fold0" for n in names] if workload == "unet2d" else names)
+    for run in runs:
+        check_run(config, workload, run)
+
+
+def test_an_empty_grid_says_how_to_name_one() -> None:
+    with pytest.raises(ConfigError, match=r"'resnet50\.grid' is empty.*train\.lr"):
+        check_grid(validate({}), "resnet50")
 
 
 def test_datasets_and_variants() -> None:

@@ -246,6 +246,41 @@ def test_cross_validation_aggregates_five_folds(project: Project) -> None:
     )
 
 
+SLOW = 'unet2d={"runs":{"default":{},"slow":{"lr":0.0005}}}'
+
+
+def test_a_named_run_trains_its_folds_under_its_name(project: Project) -> None:
+    """A named run of the cross-validated workload leaves the default run's folds alone."""
+    default_fold = project.fingerprint("results/unet2d/fold0")
+    project.snakemake("results/unet2d/slow/fold1", "--config", SLOW)
+    assert project.fingerprint("results/unet2d/fold0") == default_fold
+    result = project.root / "results/unet2d/slow/fold1"
+    with (result / "train_log.csv").open() as f:
+        assert {float(r["lr"]) for r in csv.DictReader(f)} == {0.0005}
+    assert json.loads((result / "metrics.json").read_text())["run"] == "slow/fold1"
+    # its folds: fold1 (split 1 of prepare's folds.json) is done, cv needs the other four
+    assert project.planned_jobs("results/unet2d/slow/cv", "--config", SLOW) == {
+        "train": 4,
+        "evaluate": 4,
+        "summarize_trace": 4,
+        "publish_run": 4,
+        "cross_validation": 1,
+    }
+
+
+def test_grid_ranks_fold0_of_each_grid_run(project: Project) -> None:
+    project.snakemake("results/unet2d/grid")
+    with (project.root / "results/unet2d/grid/grid.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["run"] for r in rows) == ["lr-0p003", "lr-0p01"]
+    for row in rows:
+        fold0 = project.root / "results/unet2d" / row["run"] / "fold0"
+        metrics = json.loads((fold0 / "metrics.json").read_text())
+        assert float(row["mean_dice"]) == metrics["mean_dice"]
+        with (fold0 / "train_log.csv").open() as f:
+            assert {float(r["lr"]) for r in csv.DictReader(f)} == {float(row["train.lr"])}
+
+
 def test_changed_lr_really_retrains_and_keeps_data(project: Project) -> None:
     data_before = project.fingerprint("data")
     project.snakemake("results/unet2d/fold0", "--config", 'unet2d={"train":{"lr":0.0005}}')

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -150,7 +151,7 @@ def _check_grid(block: dict[str, Any], workload: str, node: dict[str, Any]) -> N
             error = jsonschema.exceptions.best_match(validator.iter_errors(value))
             if error is not None:
                 raise ConfigError(f"config key '{workload}.grid.{key}': {error.message}")
-    clash = sorted(set(grid.expand(block, workload)) & set(block.get("runs", {})))
+    clash = sorted(set(grid.expand(block, workload)) & set(block["runs"]))
     if clash:
         raise ConfigError(
             f"config key '{workload}.runs': {', '.join(clash)} is also a run of "
@@ -160,34 +161,55 @@ def _check_grid(block: dict[str, Any], workload: str, node: dict[str, Any]) -> N
 
 def run_names(block: dict[str, Any], workload: str) -> list[str]:
     """The named runs of a workload: `<workload>.runs` and the runs of `<workload>.grid`."""
-    return sorted(block.get("runs", {})) + list(grid.expand(block, workload))
+    return sorted(block["runs"]) + list(grid.expand(block, workload))
+
+
+# A cross-validated workload (one with `folds`) trains each named run once per fold: the run
+# `<name>/fold<k>` (results/<workload>/<name>/fold<k>), and for the run named DEFAULT_RUN just
+# `fold<k>` (results/<workload>/fold<k>).
+DEFAULT_RUN = "default"
+_FOLD_RUN = re.compile(r"(?:(?P<name>[A-Za-z0-9_-]+)/)?fold(?P<fold>0|[1-9][0-9]*)")
+
+
+def split_fold(run: str) -> tuple[str, int] | None:
+    """`fold3` -> ("default", 3); `lr/fold3` -> ("lr", 3); None where `run` names no fold."""
+    match = _FOLD_RUN.fullmatch(run)
+    if match is None:
+        return None
+    return match["name"] or DEFAULT_RUN, int(match["fold"])
+
+
+def fold_run(name: str, fold: int) -> str:
+    """The run of fold `fold` of the named run `name` (split_fold's inverse)."""
+    return f"fold{fold}" if name == DEFAULT_RUN else f"{name}/fold{fold}"
+
+
+def run_name(block: dict[str, Any], run: str) -> str:
+    """The named run a run trains: a cross-validated workload's fold `[<name>/]fold<k>` trains
+    `<name>`; a name is itself."""
+    parts = split_fold(run) if "folds" in block else None
+    return run if parts is None else parts[0]
 
 
 def _run_overrides(block: dict[str, Any], workload: str, run: str) -> dict[str, dict[str, Any]]:
-    if run in block.get("runs", {}):
-        return {"train": block["runs"][run], "model": {}}
+    name = run_name(block, run)
+    if name in block["runs"]:
+        return {"train": block["runs"][name], "model": {}}
     grid_runs = grid.expand(block, workload)
-    if run in grid_runs:
-        return grid_runs[run]
+    if name in grid_runs:
+        return grid_runs[name]
     known = ", ".join(run_names(block, workload)) or "none"
-    raise ConfigError(f"config key '{workload}.runs' has no run {run!r} (known: {known})")
+    raise ConfigError(f"config key '{workload}.runs' has no run {name!r} (known: {known})")
 
 
 def run_train(block: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
-    """The train settings of a named run: `<workload>.train` overridden by `<workload>.runs.<run>`
-    or by the `train.*` values of a grid run.
-
-    Workloads without `runs` (unet2d: its runs are folds) train with `<workload>.train` as is.
-    """
-    if "runs" not in block:
-        return block["train"]
+    """The train settings of a run: `<workload>.train` overridden by `<workload>.runs.<name>`
+    or by the `train.*` values of a grid run (a fold trains its named run's settings)."""
     return {**block["train"], **_run_overrides(block, workload, run)["train"]}
 
 
 def run_model(block: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     """The model settings of a run: `<workload>.model` with a grid run's `model.*` values."""
-    if "runs" not in block:
-        return block.get("model", {})
     return {**block.get("model", {}), **_run_overrides(block, workload, run)["model"]}
 
 

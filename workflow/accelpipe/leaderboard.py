@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from accelpipe.compare.runs import run_of
 from accelpipe.errors import DataError
 from accelpipe.grid import split_key
 from accelpipe.io import atomic_path, read_json, write_csv, write_json
@@ -32,7 +33,7 @@ def _row(run_dir: Path, workload: str, metric: str, keys: list[str]) -> dict[str
         section, name = split_key(key)
         settings[key] = block[section].get(name)
     return {
-        "run": run_dir.name,
+        "run": run_of(run_dir)[1].removesuffix("/fold0"),  # a cross-validated run's fold 0
         metric: metrics[metric],
         **settings,
         "samples_per_s": performance["throughput"]["samples_per_s"],

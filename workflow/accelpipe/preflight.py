@@ -44,13 +44,10 @@ def _train_settings(config: dict[str, Any], framework: str) -> Iterator[dict[str
         if workload.framework != framework:
             continue
         block = config[workload.name]
-        if "runs" not in block:  # folds: all train with the workload's train block
-            yield block["train"]
-        for run in run_names(block, workload.name) if "runs" in block else ():
+        for run in run_names(block, workload.name):  # a fold trains its named run's settings
             yield run_train(block, workload.name, run)
-        if "benchmark" in block:
-            for row in targets.benchmark_rows(config, workload.name):
-                yield stage_config.benchmark_row(config, workload.name, row)["train"]
+        for row in targets.benchmark_rows(config, workload.name):
+            yield stage_config.benchmark_row(config, workload.name, row)["train"]
 
 
 def needs(config: dict[str, Any], framework: str) -> dict[str, Any]:

@@ -35,8 +35,6 @@ class Workload:
     # The metrics.json key of the quality metric (a number, higher is better): results/compare
     # shows it per run and marks the best; results/<workload>/grid ranks its runs by it.
     metric: str
-    # Whether the config schema gives the workload a hyperparameter `grid`.
-    grid: bool = False
 
 
 DATASETS = {
@@ -57,9 +55,7 @@ WORKLOADS = {
         Workload("swinunetr", "nsclc", "nifti", "pytorch", ("datalist.json",), "mean_dice"),
         Workload("resnet50", "imagenet", "index", "pytorch", ("classes.json",), "top1"),
         Workload("ssd", "coco", "tfrecord", "tensorflow", ("dataset.json",), "AP"),
-        Workload(
-            "segmenter", "ade20k", "tfrecord", "tensorflow", ("dataset.json",), "mIoU", grid=True
-        ),
+        Workload("segmenter", "ade20k", "tfrecord", "tensorflow", ("dataset.json",), "mIoU"),
     )
 }
 

@@ -1,23 +1,22 @@
 """Which targets can exist under a config, checked while Snakemake plans, before any job runs.
 
-A result folder is `results/<workload>/<run>`: a fold `fold<k>` with k < `<workload>.folds`
-for workloads that cross-validate (unet2d), else a name in `<workload>.runs`. Data folders are
+A result folder is `results/<workload>/<run>`: a name in `<workload>.runs` or a run of
+`<workload>.grid`; a workload that cross-validates (unet2d, `<workload>.folds`) trains each of
+them once per fold, `<run>/fold<k>` and their mean `<run>/cv` (the run named `default`:
+`fold<k>` and `cv`). Data folders are
 `data/raw/<dataset>` and `data/prepared/<dataset>/<variant>` of a workload's dataset.
 `buildable` lists every target these checks accept (`accelpipe targets`).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from accelpipe import registry
-from accelpipe.config import run_names
+from accelpipe.config import DEFAULT_RUN, fold_run, run_names, split_fold
 from accelpipe.errors import ConfigError
 from accelpipe.grid import expand as expand_grid
-
-_FOLD = re.compile(r"fold(0|[1-9][0-9]*)")
 
 
 def _known(names: Any) -> str:
@@ -34,42 +33,62 @@ def check_run(config: dict[str, Any], workload: str, run: str) -> None:
     """`results/<workload>/<run>` exists under `config`, or one error naming the key."""
     workload_data(workload)
     block = config[workload]
+    name = run
     if "folds" in block:
-        folds = block["folds"]
-        match = _FOLD.fullmatch(run)
-        if match is None or int(match[1]) >= folds:
-            raise ConfigError(
-                f"no run {run!r} of {workload}: config key '{workload}.folds' is {folds}, "
-                f"so its runs are fold0 ... fold{folds - 1} (and cv)"
-            )
-    elif run not in run_names(block, workload):
+        name = _check_fold(block, workload, run)
+    if name not in run_names(block, workload):
         raise ConfigError(
-            f"config key '{workload}.runs' has no run {run!r} "
+            f"config key '{workload}.runs' has no run {name!r} "
             f"(known: {_known(run_names(block, workload)) or 'none'})"
         )
 
 
+def _check_fold(block: dict[str, Any], workload: str, run: str) -> str:
+    """The named run of a cross-validated workload's fold `run`."""
+    folds = block["folds"]
+    parts = split_fold(run)
+    if parts is None or parts[1] >= folds:
+        raise ConfigError(
+            f"no run {run!r} of {workload}: config key '{workload}.folds' is {folds}, so each "
+            f"run's folds are fold0 ... fold{folds - 1} (and cv): results/{workload}/fold<k> for "
+            f"the run named {DEFAULT_RUN}, results/{workload}/<run>/fold<k> for the others"
+        )
+    if run.startswith(f"{DEFAULT_RUN}/"):
+        raise ConfigError(
+            f"no run {run!r} of {workload}: the folds of the run named {DEFAULT_RUN} are "
+            f"results/{workload}/{fold_run(DEFAULT_RUN, parts[1])}"
+        )
+    return parts[0]
+
+
 def check_grid(config: dict[str, Any], workload: str) -> list[str]:
-    """`results/<workload>/grid` exists for a workload with a non-empty grid; its runs."""
-    entry = registry.workload(workload)
-    block = config[workload]
-    if not entry.grid or "grid" not in block:
-        with_grid = [w.name for w in registry.WORKLOADS.values() if w.grid]
-        raise ConfigError(f"{workload} has no grid (workloads with one: {_known(with_grid)})")
-    if not block["grid"]:
-        raise ConfigError(f"config key '{workload}.grid' is empty: name keys and their values")
-    return list(expand_grid(block, workload))
-
-
-def check_cross_validation(config: dict[str, Any], workload: str) -> int:
-    """`results/<workload>/cv` exists only for a workload with folds; their number."""
+    """`results/<workload>/grid` exists for a workload with a non-empty grid; the runs it
+    ranks (a cross-validated workload's: fold 0 of each grid run)."""
     workload_data(workload)
-    if "folds" not in config[workload]:
+    block = config[workload]
+    if not block["grid"]:
+        raise ConfigError(
+            f"config key '{workload}.grid' is empty: name keys and their values, e.g. "
+            f'--config \'{workload}={{"grid":{{"train.lr":[0.01,0.001]}}}}\''
+        )
+    names = list(expand_grid(block, workload))
+    return [fold_run(name, 0) for name in names] if "folds" in block else names
+
+
+def cross_validation_runs(config: dict[str, Any], workload: str, cv: str) -> list[str]:
+    """The fold runs `results/<workload>/<cv>` averages: `cv` is `cv` (the default run's folds)
+    or `<run>/cv`, of a workload with folds."""
+    workload_data(workload)
+    block = config[workload]
+    if "folds" not in block:
         raise ConfigError(
             f"{workload} has no cross-validation (no config key '{workload}.folds'); "
             f"its runs are named in '{workload}.runs'"
         )
-    return config[workload]["folds"]
+    name = cv.removesuffix("cv").removesuffix("/") or DEFAULT_RUN
+    runs = [fold_run(name, k) for k in range(block["folds"])]
+    check_run(config, workload, runs[0])
+    return runs
 
 
 def benchmark_rows(config: dict[str, Any], workload: str) -> list[str]:
@@ -127,28 +146,39 @@ def _settings(overrides: dict[str, Any]) -> str:
 
 
 def _run_targets(config: dict[str, Any], workload: str) -> list[Target]:
-    """The workload's result folders: its folds and cv, or its named and grid runs."""
+    """The workload's result folders: its named and grid runs, each as its folds and their
+    cv where the workload cross-validates."""
     block = config[workload]
-    path = f"results/{workload}"
-    if "folds" in block:
-        folds = check_cross_validation(config, workload)
-        return [
-            Target(f"{path}/fold{k}", "fold", workload, f"cross-validation fold {k} of {folds}")
-            for k in range(folds)
-        ] + [Target(f"{path}/cv", "cv", workload, f"the {folds} folds' metrics and their mean")]
     grid_runs = expand_grid(block, workload)
     found = []
-    for run in run_names(block, workload):
-        check_run(config, workload, run)
-        if run in grid_runs:
-            values = {f"{s}.{k}": v for s, kv in grid_runs[run].items() for k, v in kv.items()}
-            found.append(
-                Target(f"{path}/{run}", "grid_run", workload, f"grid run: {_settings(values)}")
-            )
+    for name in run_names(block, workload):
+        if name in grid_runs:
+            values = {f"{s}.{k}": v for s, kv in grid_runs[name].items() for k, v in kv.items()}
+            kind, text = "grid_run", f"grid run: {_settings(values)}"
         else:
-            text = _settings(block["runs"][run]) or f"{workload}.train as configured"
-            found.append(Target(f"{path}/{run}", "run", workload, f"run: {text}"))
+            kind = "run"
+            text = f"run: {_settings(block['runs'][name]) or f'{workload}.train as configured'}"
+        found.extend(_run_folders(config, workload, name, kind, text))
     return found
+
+
+def _run_folders(
+    config: dict[str, Any], workload: str, name: str, kind: str, text: str
+) -> list[Target]:
+    """A named run's result folder, or its folds and cv."""
+    path = f"results/{workload}"
+    if "folds" not in config[workload]:
+        check_run(config, workload, name)
+        return [Target(f"{path}/{name}", kind, workload, text)]
+    folds = config[workload]["folds"]
+    runs = [fold_run(name, k) for k in range(folds)]
+    for run in runs:
+        check_run(config, workload, run)
+    cv = runs[0].removesuffix("fold0") + "cv"
+    return [
+        Target(f"{path}/{run}", "fold", workload, f"{text}; fold {k} of {folds}")
+        for k, run in enumerate(runs)
+    ] + [Target(f"{path}/{cv}", "cv", workload, f"{text}; the {folds} folds and their mean")]
 
 
 def _grid_target(config: dict[str, Any], workload: str) -> list[Target]:
@@ -157,7 +187,8 @@ def _grid_target(config: dict[str, Any], workload: str) -> list[Target]:
     except ConfigError:  # no grid: no target
         return []
     metric = registry.workload(workload).metric
-    text = f"the {len(runs)} grid runs ranked by {metric}"
+    which = " (fold 0 of each)" if "folds" in config[workload] else ""
+    text = f"the {len(runs)} grid runs{which} ranked by {metric}"
     return [Target(f"results/{workload}/grid", "grid", workload, text)]
 
 

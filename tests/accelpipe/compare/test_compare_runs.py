@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelpipe.compare.runs import finished_runs, run_files
+from accelpipe.compare.runs import finished_runs, run_files, run_folders, run_of
 from tests.helpers.run_folders import write_run
 
 
@@ -21,6 +21,21 @@ def test_every_run_folder_with_provenance_is_a_finished_run(tmp_path: Path) -> N
     (results / "mnist/fp32/provenance.json").write_text("{}")
     # the registry's order (unet2d, swinunetr, resnet50, ssd, segmenter), then run names
     assert finished_runs(results) == [fold0, bf16, ssd]
+
+
+def test_a_named_runs_folds_are_runs_and_its_folder_is_not(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    fold0 = write_run(results, "unet2d", "fold0")
+    slow1 = write_run(results, "unet2d", "slow/fold1")
+    (results / "unet2d/slow/cv").mkdir()  # an aggregate, not a run
+    unfinished = results / "unet2d/slow/fold0"
+    unfinished.mkdir()
+    assert finished_runs(results) == [fold0, slow1]
+    assert run_folders(results) == [fold0, unfinished, slow1]
+    assert [run_of(run) for run in (fold0, slow1)] == [
+        ("unet2d", "fold0"),
+        ("unet2d", "slow/fold1"),
+    ]
 
 
 def test_a_run_published_before_performance_json_lists_the_files_it_has(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import yaml
 
 from accelpipe import registry
 from accelpipe.cli import main
-from accelpipe.config import validate
+from accelpipe.config import run_names, validate
 from accelpipe.stages.targets import DEFAULT_CONFIGFILE
 from tests.helpers.run_folders import write_run
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
@@ -105,16 +105,22 @@ def test_the_listing_follows_the_config(
     assert len(paths) == len(set(paths))
     folds = cfg["unet2d"]["folds"]
     unet2d = {t["path"] for t in listed if t["kind"] in ("fold", "cv")}
-    assert unet2d == {f"results/unet2d/fold{k}" for k in range(folds)} | {"results/unet2d/cv"}
+    prefixes = ["" if run == "default" else f"{run}/" for run in run_names(cfg["unet2d"], "unet2d")]
+    assert unet2d == {
+        f"results/unet2d/{prefix}{name}"
+        for prefix in prefixes
+        for name in [*(f"fold{k}" for k in range(folds)), "cv"]
+    }
     for workload in ("swinunetr", "resnet50", "ssd", "segmenter"):
         runs = {t["path"] for t in listed if t["group"] == workload and t["kind"] == "run"}
         assert runs == {f"results/{workload}/{run}" for run in cfg[workload]["runs"]}
-    grid_runs = [t for t in listed if t["kind"] == "grid_run"]
-    sizes = [len(values) for values in cfg["segmenter"]["grid"].values()]
-    assert len(grid_runs) == math.prod(sizes)
-    assert all(t["group"] == "segmenter" for t in grid_runs)
+        grid_runs = {
+            t["path"] for t in listed if t["group"] == workload and t["kind"] == "grid_run"
+        }
+        grid = cfg[workload]["grid"]
+        assert len(grid_runs) == (math.prod(len(v) for v in grid.values()) if grid else 0)
     grids = [t["path"] for t in listed if t["kind"] == "grid"]
-    assert grids == [f"results/{w.name}/grid" for w in registry.WORKLOADS.values() if w.grid]
+    assert grids == [f"results/{w}/grid" for w in registry.WORKLOADS if cfg[w]["grid"]]
     rows = [t["path"] for t in listed if t["kind"] == "benchmark_row"]
     bench = cfg["resnet50"]["benchmark"]
     batches = bench["batch_sizes"] or [cfg["resnet50"]["train"]["batch_size"]]
@@ -223,7 +229,7 @@ def test_configfiles_and_config_merge_over_config_yaml_as_in_snakemake(
     ("target", "why"),
     [
         ("results/unet2d/fold5", "'unet2d.folds' is 5"),
-        ("results/resnet50/grid", "resnet50 has no grid"),
+        ("results/resnet50/grid", "'resnet50.grid' is empty"),
         ("work/resnet50/benchmark/bf16-b4", "no benchmark row 'bf16-b4'"),
         ("results/swinunetr/cv", "swinunetr has no cross-validation"),
     ],

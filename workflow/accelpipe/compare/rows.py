@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe import registry
-from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMARY
+from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMARY, run_of
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
 from accelpipe.performance import COMPUTE_COLUMNS
@@ -183,7 +183,7 @@ def _metric(run_dir: Path, metric: str) -> tuple[float | None, list[str]]:
 
 def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
     """The row of one run folder; `per_hour`: the config's cost.per_hour."""
-    workload, run = run_dir.parent.name, run_dir.name
+    workload, run = run_of(run_dir)
     if not (run_dir / PROVENANCE).exists():
         # Snakemake found it while planning: a job of the same command is publishing it again.
         raise DataError(

@@ -20,21 +20,38 @@ READS = (PROVENANCE, METRICS, PERFORMANCE, TRACE_SUMMARY, CURVES_FILE)  # the pa
 # results/<workload>/<name> folders that are not runs (the rules' `run` constraint agrees)
 AGGREGATES = ("cv", "grid", "benchmark", "compare")
 _RUN_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_FOLD = re.compile(r"fold[0-9]+")
+
+
+def run_of(run_dir: Path) -> tuple[str, str]:
+    """(workload, run) of a run folder: results/<workload>/<run>, or a named run's fold
+    results/<workload>/<name>/fold<k> (run `<name>/fold<k>`)."""
+    if _FOLD.fullmatch(run_dir.name) and run_dir.parent.parent.name in registry.WORKLOADS:
+        return run_dir.parent.parent.name, f"{run_dir.parent.name}/{run_dir.name}"
+    return run_dir.parent.name, run_dir.name
+
+
+def _is_run(path: Path) -> bool:
+    workload, run = run_of(path)
+    name, _, fold = run.rpartition("/")
+    return (
+        workload in registry.WORKLOADS
+        and (not name or (_RUN_NAME.fullmatch(name) is not None and _FOLD.fullmatch(fold)))
+        and _RUN_NAME.fullmatch(fold) is not None
+        and fold not in AGGREGATES
+        and path.is_dir()
+        and not any(path.glob("fold*/"))  # a named run's folder of folds is not itself one
+    )
 
 
 def run_folders(results: Path) -> list[Path]:
-    """Every `results/<workload>/<run>/` folder, finished or not (`accelpipe runs` lists the
-    unfinished ones too), in registry order, then by run name."""
+    """Every run folder under `results` (results/<workload>/<run>/, and a cross-validated
+    named run's results/<workload>/<name>/fold<k>/), finished or not (`accelpipe runs` lists
+    the unfinished ones too), in registry order, then by run."""
     order = list(registry.WORKLOADS)
-    runs = [
-        path
-        for path in results.glob("*/*")
-        if path.parent.name in registry.WORKLOADS
-        and _RUN_NAME.fullmatch(path.name)
-        and path.name not in AGGREGATES
-        and path.is_dir()
-    ]
-    return sorted(runs, key=lambda run: (order.index(run.parent.name), run.name))
+    candidates = [*results.glob("*/*"), *results.glob("*/*/fold*")]
+    runs = [path for path in candidates if _is_run(path)]
+    return sorted(runs, key=lambda path: (order.index(run_of(path)[0]), run_of(path)[1]))
 
 
 def is_finished(run_dir: Path) -> bool:

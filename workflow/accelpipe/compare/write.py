@@ -8,6 +8,7 @@ from typing import Any
 
 from accelpipe.compare import page, plots
 from accelpipe.compare.rows import COLUMNS, build_rows
+from accelpipe.compare.runs import run_of
 from accelpipe.curves import CURVES_FILE
 from accelpipe.io import atomic_path, write_csv, write_json, write_text
 
@@ -38,6 +39,6 @@ def write_compare(
         write_json(tmp / "compare.json", {"cost": {"per_hour": per_hour}, "runs": rows})
         plots.write_plots(rows, tmp)
         images = [(tmp / name, ALT_TEXT[name]) for name in plots.PLOTS]
-        curves = {(d.parent.name, d.name): d / CURVES_FILE for d in run_dirs}
+        curves = {run_of(d): d / CURVES_FILE for d in run_dirs}
         write_text(tmp / "compare.html", page.render(rows, per_hour, images, curves))
     return rows

@@ -17,7 +17,7 @@ from typing import Any
 
 from accelpipe import registry
 from accelpipe.compare.rows import read_row
-from accelpipe.compare.runs import PERFORMANCE, PROVENANCE, is_finished, run_folders
+from accelpipe.compare.runs import PERFORMANCE, PROVENANCE, is_finished, run_folders, run_of
 from accelpipe.errors import AccelpipeError
 
 FIELDS = (
@@ -35,7 +35,7 @@ FIELDS = (
 
 def _row(run_dir: Path) -> dict[str, Any]:
     """A run's headline numbers, whether it is complete and why not."""
-    workload, run = run_dir.parent.name, run_dir.name
+    workload, run = run_of(run_dir)
     empty = dict.fromkeys(FIELDS) | {
         "workload": workload,
         "run": run,

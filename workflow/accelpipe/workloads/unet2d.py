@@ -3,7 +3,7 @@
 Label values and names come from the prepared config.json (the `labels` of the task's
 dataset.json), so a `path:` copy of another MSD task is scored on its own labels.
 
-Runs are folds: `fold0` .. `fold<k-1>` of the 5-fold split written by prepare.
+Runs are folds: `[<run>/]fold0` .. `fold<k-1>` of the k-fold split written by prepare.
 
 Training may span several processes (started by torchrun, see `accelpipe.launch.torch_launch`): each
 rank loads its shard of the global batch and rank 0 writes the outputs. The Dice term is a batch
@@ -14,14 +14,13 @@ follows, but does not equal, the one-process run. Evaluation stays one process.
 from __future__ import annotations
 
 import csv
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from accelpipe.config import TrainConfig
+from accelpipe.config import TrainConfig, split_fold
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.errors import ConfigError
@@ -32,14 +31,15 @@ from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
 
-_RUN = re.compile(r"fold(\d+)")
-
 
 def fold_of(run: str, n_folds: int) -> int:
-    match = _RUN.fullmatch(run)
-    if match is None or int(match.group(1)) >= n_folds:
-        raise ConfigError(f"unet2d run {run!r} is not a fold: expected fold0..fold{n_folds - 1}")
-    return int(match.group(1))
+    """The fold a run trains: `fold<k>` or `<name>/fold<k>`."""
+    parts = split_fold(run)
+    if parts is None or parts[1] >= n_folds:
+        raise ConfigError(
+            f"unet2d run {run!r} is not a fold: expected [<run>/]fold0..fold{n_folds - 1}"
+        )
+    return parts[1]
 
 
 def split(prepared: Path, run: str) -> dict[str, list[str]]:
