@@ -1,4 +1,5 @@
-"""TFRecord shards written without TensorFlow are the bytes TensorFlow's writer makes."""
+"""TFRecord shards written without TensorFlow are the bytes TensorFlow's writer makes, and
+damaged ones are found."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import tensorflow as tf
 
 from accelpipe.datasets import tfrecord
 from accelpipe.errors import DataError
+from accelpipe.inputs.shards import count_records
 
 pytestmark = pytest.mark.tensorflow
 
@@ -55,7 +57,7 @@ def test_a_flipped_byte_fails_tensorflows_checksum(tmp_path: Path) -> None:
 def test_every_shard_is_written_empty_ones_too(tmp_path: Path) -> None:
     paths = _write(tmp_path, "x", [b"a", b"b"], 3)
     assert [p.name for p in paths] == [f"x-0000{i}-of-00003.tfrecord" for i in range(3)]
-    assert [tfrecord.count_records([p]) for p in paths] == [1, 1, 0]
+    assert [count_records([p]) for p in paths] == [1, 1, 0]
 
 
 def test_no_shard_count_is_refused(tmp_path: Path) -> None:
@@ -109,47 +111,6 @@ def test_example_with_a_value_of_each_varint_width_parses_in_tensorflow(length: 
     assert list(parsed["ints"].int64_list.value) == ints
     assert list(parsed["floats"].float_list.value) == [0.5, -2.0]
     assert parsed["text"].bytes_list.value == [b"a", b"bc"]
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def test_records_shard_whole_files_when_there_are_enough(tmp_path: Path) -> None:
-    items = [f"r{i}".encode() for i in range(7)]
-    files = _write(tmp_path, "x", items, 2, workers=1)
-    seen = [
-        [r.numpy() for r in tfrecord.worker_records(files, 2, index, seed=3)] for index in range(2)
-    ]
-    assert seen == [items[0::2], items[1::2]]  # file 0 (records 0, 2, ...), file 1
-
-
-@pytest.mark.parametrize(("num_files", "num_workers"), [(1, 2), (3, 4)])
-def test_records_shard_records_when_files_are_fewer_than_workers(
-    tmp_path: Path, num_files: int, num_workers: int
-) -> None:
-    items = [f"r{i}".encode() for i in range(11)]
-    files = _write(tmp_path, "x", items, num_files, workers=1)
-    seen = [
-        [r.numpy() for r in tfrecord.worker_records(files, num_workers, index, seed=5)]
-        for index in range(num_workers)
-    ]
-    assert sorted(r for s in seen for r in s) == sorted(items)  # disjoint, and all covered
-    assert max(map(len, seen)) - min(map(len, seen)) <= 1
-    if num_files == 1:
-        assert seen == [items[k::num_workers] for k in range(num_workers)]
-
-
-def test_keys_are_a_function_of_seed_worker_and_element() -> None:
-    def keys(seed: int, worker: int) -> list[tuple[int, int]]:
-        data = tfrecord.keyed(tf.data.Dataset.range(50), seed, worker)
-        return [tuple(k.numpy().tolist()) for k, _ in data]
-
-    first = keys(3, 0)
-    tf.random.set_seed(99)  # no bearing: the keys are stateless
-    assert keys(3, 0) == first
-    assert len(set(first)) == 50
-    assert not set(first) & set(keys(4, 0))
-    assert not set(first) & set(keys(3, 1))
 
 
 # ----------------------------------------------------------------------------- damaged shards

@@ -16,6 +16,7 @@ from accelpipe.datasets import tfrecord
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines.tf_trainer import TFTrainJob, run_training
 from accelpipe.errors import DataError
+from accelpipe.inputs.shards import worker_records
 from accelpipe.inputs.tf_data_checks import check, checked, data_errors
 from accelpipe.keras2 import tf
 from accelpipe.launch.tf_launch import InputShard
@@ -91,7 +92,7 @@ def _shards(folder: Path) -> list[Path]:
 def _train_on(shards: list[Path], work: Path) -> None:
     def make_job(cfg: TrainConfig, device: TFDevice) -> TFTrainJob:
         def dataset(epoch: int, shard: InputShard) -> tf.data.Dataset:
-            records = tfrecord.worker_records(shards, shard.num_workers, shard.index, epoch)
+            records = worker_records(shards, shard.num_workers, shard.index, epoch)
             values = records.map(lambda r: tf.io.decode_raw(r, tf.float32))
             pairs = values.map(lambda v: (tf.ensure_shape(v[:8], [8]), v[8:]))
             return pairs.repeat().batch(shard.batch_size, drop_remainder=True)

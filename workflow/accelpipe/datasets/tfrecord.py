@@ -1,19 +1,18 @@
-"""Generic TFRecord writing and reading shared by the TensorFlow datasets (COCO, ADE20K).
+"""Generic TFRecord writing shared by the TensorFlow datasets (COCO, ADE20K), and the check of
+written shards.
 
 `write_splits` spreads each split's records over `<prefix>-%05d-of-%05d.tfrecord` files the
 way the tensorflow/tpu converters do (record i goes to shard i % num_shards), writes one shard
 per task on one process pool for all splits and checks that every expected record was
 written. Callers write into a folder that `accelpipe.io.atomic_path` renames into place, so a
-failure leaves nothing.
-`worker_records` is the reading side: one data-parallel worker's share of the shards, and
-`keyed` gives each element of a stream its own random key (stateless augmentations: the same
-seed gives the same augmentations whatever the threads do). `damage` walks a shard's record
-frames to say whether and where it is cut short or corrupted, which TensorFlow's reader does
-not (its DataLossError names an offset but no file): `check_shards` runs it before reading,
-`find_damaged` after a DataLossError, over the shards this process reads (`reading`).
+failure leaves nothing. `damage` walks a shard's record frames to say whether and where it is
+cut short or corrupted, which TensorFlow's reader does not (its DataLossError names an offset
+but no file): the input pipelines (`accelpipe.inputs`, which read the shards with tf.data:
+`inputs.shards`) run `check_shards` before reading and `find_damaged` after a DataLossError,
+over the shards their process reads (`reading`).
 
-Writing needs no TensorFlow: a TFRecord is a little-endian uint64 length, the masked CRC-32C
-of those 8 bytes, the record and the masked CRC-32C of the record (tensorflow/core/lib/io/
+No TensorFlow: a TFRecord is a little-endian uint64 length, the masked CRC-32C of those 8
+bytes, the record and the masked CRC-32C of the record (tensorflow/core/lib/io/
 record_writer.cc); google-crc32c computes the checksums. Importing TensorFlow in every pool
 worker cost seconds per worker, more than converting a small dataset.
 """
@@ -36,13 +35,6 @@ from accelpipe.datasets.readahead import ahead
 from accelpipe.errors import DataError
 
 SHARD_NAME = "{prefix}-{index:05d}-of-{count:05d}.tfrecord"
-
-
-def _tf() -> Any:
-    # Imported lazily: only writing and reading the files needs TensorFlow.
-    import tensorflow as tf
-
-    return tf
 
 
 # Examples are encoded by hand in the protobuf wire format (tensorflow/core/example/
@@ -235,44 +227,6 @@ def write_splits(
                 f"{out_dir}: wrote {written[prefix]} {prefix} records, expected {count}"
             )
     return paths
-
-
-def count_records(paths: Iterable[Path]) -> int:
-    """Records in TFRecord files (reads them through)."""
-    tf = _tf()
-    return sum(1 for path in paths for _ in tf.data.TFRecordDataset(str(path)))
-
-
-def worker_records(files: Sequence[Path], num_workers: int, index: int, seed: int) -> Any:
-    """Worker `index`'s serialized records (a tf.data.Dataset): whole files when there are at
-    least as many files as workers (as the reference input pipelines shard), else every
-    num_workers-th record of all files; files shuffled by `seed` and read interleaved."""
-    tf = _tf()
-    by_file = len(files) >= num_workers
-    ordered = sorted(files)
-    reading(ordered[index::num_workers] if by_file else ordered)
-    paths = tf.data.Dataset.from_tensor_slices([str(f) for f in ordered])
-    if by_file:
-        paths = paths.shard(num_workers, index)
-    paths = paths.shuffle(len(files), seed=seed)
-    records = paths.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=min(32, max(1, len(files) // num_workers)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return records if by_file else records.shard(num_workers, index)
-
-
-def keyed(dataset: Any, seed: int, worker: int = 0) -> Any:
-    """`dataset`'s elements as (key, element): key, the stateless random seed (int [2]) of
-    element i of worker `worker`'s stream under `seed`. Augmentations drawn with stateless
-    ops from it are a function of (seed, worker, i) alone, so parallel maps stay parallel and
-    deterministic, and a dataset rebuilt with the same seed repeats them."""
-    tf = _tf()
-    base = tf.constant([seed, worker], tf.int64)
-    return dataset.enumerate().map(
-        lambda i, element: (tf.random.experimental.stateless_fold_in(base, i), element)
-    )
 
 
 # ----------------------------------------------------------------------------- damaged shards

@@ -14,9 +14,9 @@ cat_max_ratio=0.75)`, `RandomFlip(0.5)`, `PhotoMetricDistortion` (brightness +-3
 [0.5, 1.5] before or after the colour steps, saturation [0.5, 1.5], hue +-18 OpenCV units,
 each with p 0.5), normalisation to [-1, 1] (x / 127.5 - 1: the ViT's mean = std = 0.5), then
 `Pad(crop)` bottom-right with 0 in normalised units (mmseg pads after Normalize) and labels
-IGNORE_INDEX. Records are sharded per worker (`tfrecord.worker_records`), shuffled, repeated,
+IGNORE_INDEX. Records are sharded per worker (`shards.worker_records`), shuffled, repeated,
 batched with drop_remainder and prefetched; no `cache()` (20k full-size images).
-Every random draw is a stateless op keyed by (seed, worker, element index) (`tfrecord.keyed`):
+Every random draw is a stateless op keyed by (seed, worker, element index) (`shards.keyed`):
 the same seed gives the same augmented batches, with the maps parallel.
 Differences from mmseg: pixels stay float between the photometric steps (mmseg rounds to
 uint8 after each), and the hue shift is drawn uniform, not as an integer.
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from accelpipe.datasets import tfrecord
 from accelpipe.datasets.ade20k_layout import IGNORE_INDEX, NUM_CLASSES
-from accelpipe.datasets.tfrecord import keyed, worker_records
+from accelpipe.inputs.shards import keyed, worker_records
 from accelpipe.inputs.tf_data_checks import check
 from accelpipe.keras2 import tf
 

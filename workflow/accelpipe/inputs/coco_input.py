@@ -6,7 +6,7 @@ colour jitter (brightness, contrast, saturation, hue, always, in that order), Im
 normalisation and the anchor matching (models.ssd_boxes.encode_labels), batch, prefetch.
 No `cache()`: the reference caches only when the whole set fits in host RAM (~90 GB).
 Every random draw is a stateless op keyed by (seed, worker, element index)
-(`tfrecord.keyed`): the same seed gives the same augmented batches, with the maps parallel.
+(`shards.keyed`): the same seed gives the same augmented batches, with the maps parallel.
 Eval: resize to 300x300 without keeping the aspect ratio, normalise, keep the image id and
 its original size for mapping detections back; a shard cut short is a DataError naming it
 before the first image.
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from accelpipe.datasets import tfrecord
-from accelpipe.datasets.tfrecord import keyed, worker_records
+from accelpipe.inputs.shards import keyed, worker_records
 from accelpipe.keras2 import tf
 from accelpipe.models.ssd_boxes import encode_labels
 
