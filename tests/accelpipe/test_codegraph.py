@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.codegraph import PACKAGE_DIR, code_key, module_file, stage_code
+from accelpipe.codegraph import PACKAGE_DIR, code_key, import_graph, module_file, stage_code
 from accelpipe.stages import MODULES, entry_modules
 
 
@@ -89,6 +89,28 @@ def test_dotted_import_runs_every_parent_package(toy: Path) -> None:
         "sub/helper.py",
         "sub/sibling.py",
     ]
+
+
+def test_import_graph_names_each_imported_module_once(toy: Path) -> None:
+    """A sibling imported through its package is an edge to the sibling, not to the package;
+    the package itself only where a name that is no module is imported from it."""
+    graph = {
+        k.removeprefix("accelpipe."): {m.removeprefix("accelpipe.") for m in v}
+        for k, v in import_graph(toy).items()
+    }
+    assert graph == {
+        "accelpipe": set(),
+        "cli": {"errors"},
+        "errors": set(),
+        "lazy": {"sub.deep"},  # in a function: it runs when the stage needs it
+        "sub": {"sub.helper"},  # `x` is a name in sub.helper
+        "sub.helper": {"errors"},
+        "sub.deep": {"sub.sibling"},
+        "sub.sibling": set(),
+        "typed": {"errors"},  # not `unused`: under TYPE_CHECKING
+        "unused": set(),
+        "dotted": {"sub.sibling"},
+    }
 
 
 def test_an_entry_that_is_no_module_is_refused(toy: Path) -> None:

@@ -68,7 +68,7 @@ def _absolute(node: ast.ImportFrom, current: str, is_package: bool) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def _imported_names(path: Path, package_dir: Path) -> set[str]:
+def imported_names(path: Path, package_dir: Path = PACKAGE_DIR) -> set[str]:
     """Every module name `path` imports (inside the package or not)."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
     current = _module_name(path, package_dir)
@@ -84,6 +84,38 @@ def _imported_names(path: Path, package_dir: Path) -> set[str]:
     return names
 
 
+def _module_imports(path: Path, package_dir: Path) -> set[str]:
+    """The package modules `path` imports, each named once: `from pkg import sub` is an
+    import of the module `pkg.sub`, and of `pkg` itself only for a name that is no module."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    current = _module_name(path, package_dir)
+    found: set[str] = set()
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        source = _absolute(node, current, path.name == "__init__.py")
+        for alias in node.names:
+            sub = f"{source}.{alias.name}"
+            found.add(sub if module_file(sub, package_dir) is not None else source)
+    return {name for name in found if module_file(name, package_dir) is not None} - {current}
+
+
+def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
+    """Every module of the package -> the package modules it imports (at module level or in
+    a function; not under `if TYPE_CHECKING:`), read as `stage_code` reads them.
+
+    Python runs a package's `__init__` before any module in it, so `stage_code` counts the
+    parents of every import; this graph leaves those implicit: a module that imports its
+    sibling through its package (`from pkg import sibling`) has an edge to the sibling, not to
+    the package, and so no cycle through it.
+    """
+    return {
+        _module_name(path, package_dir): _module_imports(path, package_dir)
+        for path in sorted(package_dir.rglob("*.py"))
+    }
+
+
 def _with_parents(name: str) -> list[str]:
     """Importing `a.b.c` runs `a`, `a.b` and `a.b.c`."""
     parts = name.split(".")
@@ -93,7 +125,7 @@ def _with_parents(name: str) -> list[str]:
 @cache
 def _direct_imports(path: Path, package_dir: Path) -> tuple[Path, ...]:
     found: set[Path] = set()
-    for name in _imported_names(path, package_dir):
+    for name in imported_names(path, package_dir):
         for module in _with_parents(name):
             file = module_file(module, package_dir)
             if file is not None:

@@ -1,0 +1,238 @@
+"""The package's architecture, read from its static import graph (accelpipe.codegraph: imports at
+module level and in functions, not those under `if TYPE_CHECKING:`): no import circles, data
+prepared offline apart from what feeds training, and every import going down the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accelpipe.codegraph import PACKAGE_DIR, import_graph, imported_names, module_file
+
+GRAPH = import_graph()
+
+# Import circles the package accepts, each as its set of modules. None: the type hints that
+# point back up (traces.join's FileEvents from traces.collect) are under TYPE_CHECKING and
+# never run, and a module importing its sibling through its package's __init__ is no circle.
+ALLOWED_CYCLES: list[set[str]] = []
+
+# Layers, lowest first: a module imports modules of its own layer or lower ones only. A key is
+# a module or a package with everything in it; `pkg.*` is a package's modules apart from its
+# __init__, where the two stand on different layers.
+BASE, CONFIG, DATASETS, DEVICES, MODELS, INPUTS, LAUNCH, ENGINES, WORKLOADS = range(9)
+RESULTS, STAGE_LIST, STAGES, CLI = range(9, 13)
+LAYERS = {
+    # the package's root (REPO, __version__) and what every layer may use: errors and files,
+    # the registry, leases, FLOP counts, the Keras 2 shim, provenance, the Docker Engine client
+    "accelpipe": BASE,
+    "errors": BASE,
+    "io": BASE,
+    "flops": BASE,
+    "keras2": BASE,
+    "registry": BASE,
+    "leases": BASE,
+    "xspace": BASE,
+    "provenance": BASE,
+    "curves": BASE,
+    "schema_docs": BASE,
+    "containers": BASE,
+    # the config and what is computed from it alone
+    "config": CONFIG,
+    "grid": CONFIG,
+    "codegraph": CONFIG,
+    "targets": CONFIG,
+    "runtime": CONFIG,
+    "datasets": DATASETS,  # offline: raw sources and preparation
+    "devices": DEVICES,
+    "models": MODELS,
+    "losses": MODELS,
+    "metrics": MODELS,
+    "optim": MODELS,
+    "inputs": INPUTS,  # training-time input pipelines over prepared data
+    "launch": LAUNCH,
+    "engines": ENGINES,
+    "workloads": WORKLOADS,
+    # figures, summaries and pages over finished runs, and what the rules compute from them
+    "performance": RESULTS,
+    "benchmark": RESULTS,
+    "leaderboard": RESULTS,
+    "publish": RESULTS,
+    "compare": RESULTS,
+    "traces": RESULTS,
+    "stage_config": RESULTS,
+    "preflight": RESULTS,
+    # the stage list (stages/__init__: which module runs a stage, what it enters) and the image
+    # tags computed from it at plan time
+    "stages": STAGE_LIST,
+    "images": STAGE_LIST,
+    "stages.*": STAGES,
+    "cli": CLI,
+    "__main__": CLI,
+}
+FRAMEWORKS = (
+    "torch",
+    "torchvision",
+    "tensorflow",
+    "keras",
+    "tf_keras",
+    "monai",
+    "habana_frameworks",
+)
+# Imports of package modules inside functions, each with why it is not at the top.
+LAZY_IMPORTS = {
+    # a framework that does not import is the doctor's finding, not a crash of the stage
+    ("accelpipe.stages.doctor", "accelpipe.devices.tf_doctor"),
+    ("accelpipe.stages.doctor", "accelpipe.devices.torch_doctor"),
+}
+
+
+def _relative(module: str) -> str:
+    return "accelpipe" if module == "accelpipe" else module.removeprefix("accelpipe.")
+
+
+def layer(module: str) -> int:
+    """The layer of `module`: its own entry, else its nearest package's (`pkg.*` first)."""
+    name = _relative(module)
+    if name in LAYERS:
+        return LAYERS[name]
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        package = ".".join(parts[:i])
+        for key in (f"{package}.*", package):
+            if key in LAYERS:
+                return LAYERS[key]
+    raise KeyError(f"{module} has no layer: add it (or its package) to LAYERS")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _lazy_imports(tree: ast.AST, inside: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements inside functions, not under `if TYPE_CHECKING:`."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue
+        if inside and isinstance(child, ast.Import | ast.ImportFrom):
+            yield child
+        function = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+        yield from _lazy_imports(child, inside or function)
+
+
+def _files() -> dict[str, Path]:
+    files = {m: module_file(m) for m in GRAPH}
+    return {m: f for m, f in files.items() if f is not None}
+
+
+def test_the_graph_holds_every_module_of_the_package() -> None:
+    on_disk = {p for p in PACKAGE_DIR.rglob("*.py")}
+    assert set(_files().values()) == on_disk
+    assert {"accelpipe.datasets.sources", "accelpipe.inputs.slices", "accelpipe.cli"} <= set(GRAPH)
+
+
+def test_cycles_finds_a_circle_and_leaves_a_chain() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_circles() -> None:
+    found = [c for c in cycles(GRAPH) if c not in ALLOWED_CYCLES]
+    assert found == [], "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = []
+    for module in GRAPH:
+        try:
+            layer(module)
+        except KeyError:
+            missing.append(module)
+    assert missing == []
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    upward = sorted(
+        f"{module} ({layer(module)}) imports {target} ({layer(target)})"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if layer(target) > layer(module)
+    )
+    assert upward == []
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        ("accelpipe", BASE),
+        ("accelpipe.keras2", BASE),
+        ("accelpipe.datasets.ade20k_layout", DATASETS),
+        ("accelpipe.inputs.coco_input", INPUTS),
+        ("accelpipe.launch.tf_launch", LAUNCH),
+        ("accelpipe.stages", STAGE_LIST),
+        ("accelpipe.stages.data", STAGES),
+    ],
+)
+def test_layer_lookup(module: str, expected: int) -> None:
+    assert layer(module) == expected
+
+
+def test_datasets_import_no_framework_and_nothing_that_trains() -> None:
+    """Data prepared offline needs no framework, no model and no input pipeline."""
+    found = []
+    for module, path in _files().items():
+        if not module.startswith("accelpipe.datasets"):
+            continue
+        for name in imported_names(path):
+            top = name.split(".")[0]
+            trains = name.startswith(("accelpipe.models", "accelpipe.inputs", "accelpipe.engines"))
+            if top in FRAMEWORKS or trains:
+                found.append(f"{module} imports {name}")
+    assert found == []
+
+
+def test_imports_of_package_modules_in_functions_are_the_known_ones() -> None:
+    """A package module imported in a function is there for a reason LAZY_IMPORTS names;
+    never to get around an import circle."""
+    found = set()
+    for module, path in _files().items():
+        tree = ast.parse(path.read_text())
+        for node in _lazy_imports(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [f"{'.' * node.level}{node.module or ''}.{a.name}" for a in node.names]
+            )
+            found.update((module, n) for n in names if n.startswith(("accelpipe", ".")))
+    assert found == LAZY_IMPORTS
