@@ -133,17 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     publish.add_argument("--preflight", default="", help="the preflight of the run's image, if any")
     # Stages that gather many folders into one: (name, help, options, (list flag, its help)).
-    workload, runs = ("--workload", "workload name"), ("--runs", "published run folders")
-    gathering = (
+    workload, run_folders = ("--workload", "workload name"), ("--runs", "published run folders")
+    gathering: tuple[tuple[str, str, list[tuple[str, str]], tuple[str, str]], ...] = (
         ("aggregate", "aggregate cross-validation folds", [], ("--runs", "published fold folders")),
-        ("grid", "rank the runs of a hyperparameter grid", [workload, cfg], runs),
+        ("grid", "rank the runs of a hyperparameter grid", [workload, cfg], run_folders),
         (
             "benchmark",
             "tabulate the benchmark rows of a workload",
             [workload, cfg],
             ("--rows", "benchmark rows' train outputs"),
         ),
-        ("compare", "one page comparing every finished run", [cfg], runs),
+        ("compare", "one page comparing every finished run", [cfg], run_folders),
     )
     for name, help_text, options, (flag, flag_help) in gathering:
         stage = _add(sub, name, help_text, *options, ("--out", f"{name} folder"))

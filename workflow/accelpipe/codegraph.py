@@ -16,6 +16,7 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from functools import cache, lru_cache
 from pathlib import Path
+from typing import TypeGuard
 
 PACKAGE = "accelpipe"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -39,7 +40,7 @@ def _module_name(path: Path, package_dir: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(node: ast.AST) -> bool:
+def _is_type_checking(node: ast.AST) -> TypeGuard[ast.If]:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
         (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")

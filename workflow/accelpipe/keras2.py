@@ -9,6 +9,7 @@ layers, optimizers, mixed-precision policies and checkpoints behave the same on 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
@@ -48,4 +49,10 @@ def _keras2() -> ModuleType:
     return tf_keras
 
 
-keras = _keras2()
+if TYPE_CHECKING:
+    # Which module is Keras 2 is decided at run time, so mypy reads the tf_keras package as
+    # `keras`: it has no type information, so `keras` is Any there and `keras.Model`,
+    # `keras.layers.Layer` and the rest stand as annotations (no stubs to check them against).
+    import tf_keras as keras
+else:
+    keras = _keras2()

@@ -8,6 +8,8 @@ the batch and spatial dims together per class, plus mean cross-entropy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -62,7 +64,7 @@ class DiceCELoss(nn.Module):
         return self.dice_term(logits, target) + self.ce_term(logits, target)
 
 
-def downsample_labels(target: Tensor, size: tuple[int, int]) -> Tensor:
+def downsample_labels(target: Tensor, size: Sequence[int]) -> Tensor:
     """Nearest-neighbour resize of an integer label map ``(B, 1, H, W)`` to ``size``."""
     if tuple(target.shape[-2:]) == tuple(size):
         return target
@@ -95,4 +97,5 @@ class DeepSupervisionLoss(nn.Module):
         total: Tensor | float = 0.0
         for i, pred in enumerate(preds):
             total = total + 0.5**i * self.loss(pred, downsample_labels(target, pred.shape[-2:]))
+        assert isinstance(total, Tensor)  # a sum of head losses: preds is not empty
         return total / (2 - 2.0 ** -len(preds))

@@ -17,7 +17,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import nn
@@ -77,6 +77,10 @@ class LARS(torch.optim.Optimizer):
         }
         super().__init__(params, defaults)
 
+    @overload
+    def step(self, closure: None = None) -> None: ...
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = None
@@ -91,6 +95,7 @@ class LARS(torch.optim.Optimizer):
 
     def _update(self, p: torch.Tensor, group: dict[str, Any]) -> None:
         grad = p.grad
+        assert grad is not None  # step updates only the parameters that have a gradient
         scale: torch.Tensor | float = group["lr"]
         if group["lars"]:
             wd = group["weight_decay"]

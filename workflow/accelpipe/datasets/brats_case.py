@@ -72,7 +72,9 @@ def _zscore_into(
     `src`/`dst` are the (H, W) slices of the cropped volume and of `out` from the pad/centre
     crop; only the padding margins of `out` are zeroed (it is a reused, uninitialised buffer).
     """
-    crop = image[(slice(None), *box)]
+    # (the index is built apart: mypy takes `image[(a, *b)]` for 3.11's `image[a, *b]`)
+    index = (slice(None), *box)
+    crop = image[index]
     (sh, sw), (dh, dw) = src, dst
     for c, (mean, std) in enumerate(stats):
         scale = np.float32(1.0 / std if std > 1e-8 else 1.0)  # constant channel: centre only

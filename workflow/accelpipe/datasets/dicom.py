@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pydicom
@@ -103,7 +104,8 @@ class Volume:
     @property
     def spacing(self) -> tuple[float, float, float]:
         """Voxel size (mm) along the three array axes."""
-        return tuple(float(v) for v in np.linalg.norm(self.affine[:3, :3], axis=0))
+        i, j, k = np.linalg.norm(self.affine[:3, :3], axis=0)
+        return float(i), float(j), float(k)
 
 
 @dataclass
@@ -251,7 +253,7 @@ def _first(item: Dataset, keyword: str) -> Dataset | None:
     return seq[0] if seq else None
 
 
-def _frame_attr(seg: Dataset, frame: Dataset, seq: str, keyword: str) -> object:
+def _frame_attr(seg: Dataset, frame: Dataset, seq: str, keyword: str) -> Any:
     """A functional-group attribute: per-frame if present there, else shared."""
     for group in (frame, _first(seg, "SharedFunctionalGroupsSequence")):
         item = _first(group, seq) if group is not None else None

@@ -24,7 +24,7 @@ import time
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 import urllib3
@@ -373,6 +373,9 @@ def tar_member_problem(member: tarfile.TarInfo, links: set[str]) -> str | None:
     return None
 
 
+_Info = TypeVar("_Info", bound="EndCheckingTarInfo")
+
+
 class EndCheckingTarInfo(tarfile.TarInfo):
     """Records why tarfile stopped reading headers.
 
@@ -382,7 +385,7 @@ class EndCheckingTarInfo(tarfile.TarInfo):
     """
 
     @classmethod
-    def fromtarfile(cls, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+    def fromtarfile(cls: type[_Info], tarfile_: tarfile.TarFile) -> _Info:
         try:
             return super().fromtarfile(tarfile_)
         except tarfile.HeaderError as err:
@@ -402,7 +405,8 @@ def _open_tar(archive: Path) -> tarfile.TarFile:
 def _extract_tar(archive: Path, dest: Path) -> None:
     with _open_tar(archive) as tf:
         members = tf.getmembers()
-        if not isinstance(getattr(tf, "accelpipe_end", None), tarfile.EOFHeaderError):
+        end = getattr(tf, "accelpipe_end", None)
+        if not isinstance(end, tarfile.EOFHeaderError):  # type: ignore[attr-defined]  # not in typeshed
             raise DataError(f"{archive}: truncated tar (no end-of-archive marker)")
         links: set[str] = set()
         for member in members:

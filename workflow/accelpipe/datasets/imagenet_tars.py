@@ -58,7 +58,7 @@ def _files(tf: tarfile.TarFile, label: str) -> Iterator[tarfile.TarInfo]:
     keeps every TarInfo it has read; clearing the list keeps memory flat over 1.28M members.
     """
     while (member := tf.next()) is not None:
-        tf.members.clear()
+        tf.members.clear()  # type: ignore[attr-defined]  # typeshed omits TarFile.members
         problem = tar_member_problem(member, set())
         name = posixpath.normpath(member.name)
         if problem is None and not (member.isfile() or member.isdir()):
@@ -71,7 +71,8 @@ def _files(tf: tarfile.TarFile, label: str) -> Iterator[tarfile.TarInfo]:
             member.name = name
             yield member
     # After the first member tarfile takes a missing or garbled header for the end.
-    if not isinstance(getattr(tf, "accelpipe_end", None), tarfile.EOFHeaderError):
+    end = getattr(tf, "accelpipe_end", None)
+    if not isinstance(end, tarfile.EOFHeaderError):  # type: ignore[attr-defined]  # not in typeshed
         raise DataError(f"{label}: truncated tar (no end-of-archive marker)")
 
 
@@ -101,7 +102,9 @@ def _extract_train(train_tar: Path, dest: Path) -> list[str]:
                 raise DataError(f"{train_tar}: class tar {member.name!r} appears twice")
             (dest / wnid).mkdir()
             label = f"{train_tar}: {member.name}"
-            with _open_stream(outer.extractfile(member), label) as inner:  # type: ignore[arg-type]
+            class_tar = outer.extractfile(member)
+            assert class_tar is not None  # _files yields regular files only
+            with _open_stream(class_tar, label) as inner:
                 for image in _files(inner, label):
                     _write_member(inner, image, dest / wnid / image.name, label)
             wnids.append(wnid)
@@ -121,8 +124,8 @@ def _extract_val(
             f"e.g. {unknown[0]}"
         )
     dest.mkdir()
-    for wnid in wnids:  # every class gets a val folder, as ImageFolder expects
-        (dest / wnid).mkdir()
+    for folder in wnids:  # every class gets a val folder, as ImageFolder expects
+        (dest / folder).mkdir()
     seen: set[str] = set()
     with _open_stream(val_tar, str(val_tar)) as tf:
         for member in _files(tf, str(val_tar)):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+from nibabel.arrayproxy import ArrayProxy
+from nibabel.dataobj_images import DataobjImage
 
 from accelpipe.errors import DataError
 
@@ -63,7 +65,9 @@ def read_nifti(path: str | Path) -> np.ndarray:
             data = gunzip(data)
         arr = _from_single_file(data)
         if arr is None:  # not a single-file NIfTI: let nibabel find out what it is
-            arr = np.asanyarray(nib.load(path).dataobj)
+            image = nib.load(path)
+            assert isinstance(image, DataobjImage), f"{type(image).__name__}: no voxel array"
+            arr = np.asanyarray(image.dataobj)
     except MemoryError:
         raise
     except Exception as err:  # nibabel, zlib, gzip, struct: the file is bad, say which one
@@ -87,6 +91,7 @@ def _from_single_file(data: bytes) -> np.ndarray | None:
     if data[magic_at] != magic:  # e.g. the header of a .hdr/.img pair, or Analyze
         return None
     proxy = image_class.from_bytes(data).dataobj
+    assert isinstance(proxy, ArrayProxy)  # what an image read from a file holds
     count = int(np.prod(proxy.shape))
     if len(data) < proxy.offset + count * proxy.dtype.itemsize:
         raise EOFError("file is shorter than its header says")

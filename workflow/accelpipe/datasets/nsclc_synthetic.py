@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -51,7 +51,9 @@ def _inside(
     coords: Sequence[np.ndarray], centre: Sequence[float], radii: Sequence[float]
 ) -> np.ndarray:
     """Boolean ellipse / ellipsoid (centre and radii in mm) on broadcastable coordinates."""
-    d = sum(((a - c) / r) ** 2 for a, c, r in zip(coords, centre, radii, strict=True))
+    terms = (((a - c) / r) ** 2 for a, c, r in zip(coords, centre, radii, strict=True))
+    # an array: coords is never empty (sum()'s int start of 0 hides that from the types)
+    d = cast(np.ndarray, sum(terms))
     return d <= 1.0
 
 
@@ -105,7 +107,7 @@ def _uid(*parts: object) -> str:
 def _ct_slices(patient: str, hu: np.ndarray, geo: Geometry, seed: int) -> list[Any]:
     """One CT Image Storage data set per slice; instance 1 is the top slice, as scanners do."""
     from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian
+    from pydicom.uid import UID, ExplicitVRLittleEndian
 
     slices, rows, cols = hu.shape
     study, series = _uid(seed, patient, "study"), _uid(seed, patient, "ct")
@@ -118,9 +120,9 @@ def _ct_slices(patient: str, hu: np.ndarray, geo: Geometry, seed: int) -> list[A
         ds = Dataset()
         ds.file_meta = FileMetaDataset()
         ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
-        ds.file_meta.MediaStorageSOPClassUID = _CT_STORAGE
+        ds.file_meta.MediaStorageSOPClassUID = UID(_CT_STORAGE)
         ds.SOPClassUID = _CT_STORAGE
-        ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = _uid(seed, patient, k)
+        ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = UID(_uid(seed, patient, k))
         ds.Modality, ds.Manufacturer = "CT", "accelpipe synthetic"
         ds.PatientID, ds.PatientName = patient, f"{patient}^"  # family name only
         ds.PatientBirthDate, ds.PatientSex = "", "O"
@@ -150,6 +152,7 @@ def _segmentation(ct: list[Any], masks: dict[str, np.ndarray], patient: str, see
     """A BINARY DICOM SEG (highdicom) over the CT, one segment per mask, in the given order."""
     import highdicom as hd
     from pydicom.sr.codedict import codes
+    from pydicom.valuerep import DA, TM
 
     kinds = {
         "GTV-1": (codes.SCT.MorphologicallyAbnormalStructure, codes.SCT.Neoplasm),
@@ -183,8 +186,8 @@ def _segmentation(ct: list[Any], masks: dict[str, np.ndarray], patient: str, see
         series_description="Segmentation",
     )
     # highdicom stamps the current time and fresh UIDs on these; fix them for same-seed files.
-    seg.SeriesDate = seg.ContentDate = seg.InstanceCreationDate = "20080101"
-    seg.SeriesTime = seg.ContentTime = seg.InstanceCreationTime = "120000"
+    seg.SeriesDate = seg.ContentDate = seg.InstanceCreationDate = DA("20080101")
+    seg.SeriesTime = seg.ContentTime = seg.InstanceCreationTime = TM("120000")
     for item in seg.get("ContributingEquipmentSequence", []):
         item.ContributionDateTime = "20080101120000"
     dim_uid = _uid(seed, patient, "dimensions")
@@ -224,12 +227,14 @@ def synthesize(
     seeded with (seed, i) and UIDs derived from (seed, patient). Built in a temporary sibling
     and renamed, so the folder is either complete or absent.
     """
-    geo = Geometry(tuple(int(s) for s in shape), float(pixel_spacing), float(slice_thickness))
-    if patients < 1 or len(geo.shape) != 3 or any(map(int.__lt__, geo.shape, _MIN_SHAPE)):
+    dims = tuple(int(s) for s in shape)
+    spacing, thickness = float(pixel_spacing), float(slice_thickness)
+    if patients < 1 or len(dims) != 3 or any(map(int.__lt__, dims, _MIN_SHAPE)):
         raise DataError(
             f"synthetic {COLLECTION}: need patients >= 1 and shape (rows, columns, slices) "
             f">= {list(_MIN_SHAPE)}, got patients={patients}, shape={list(shape)}"
         )
+    geo = Geometry(dims, spacing, thickness)
     final = Path(raw_dir) / COLLECTION
     with atomic_path(final) as tmp, _quiet_highdicom():
         for i in range(patients):

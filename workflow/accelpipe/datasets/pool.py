@@ -17,13 +17,14 @@ import multiprocessing
 import multiprocessing.connection
 import queue
 import signal
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from accelpipe.errors import DataError
 
@@ -115,20 +116,22 @@ class _Pool:
     A worker that died is a DataError with its exit code, not the bare BrokenProcessPool."""
 
     def __init__(self, workers: int) -> None:
-        self.executor = ProcessPoolExecutor(workers, mp_context=_context())
-        self.completed: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        context = _context()
+        self.executor = ProcessPoolExecutor(workers, mp_context=context)
+        self.completed: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
         # A private attribute: no public handle on the workers before Python 3.14.
-        self.processes: dict[int, BaseProcess] = self.executor._processes
+        self.processes: Mapping[int, BaseProcess] = self.executor._processes
         try:
             self.executor.submit(int)  # with fork, the first submit starts every worker: now
         except BaseException:  # forking failed partway
             self.stop(now=True)
             raise
-        if self.executor._mp_context.get_start_method() == "fork":
+        if context.get_start_method() == "fork":
             # Only workers write results. Without this process's copy of the pipe's write end,
             # the executor's reader gets EOF once they are gone, instead of waiting forever for
             # the rest of a result that a worker was writing when it was ended.
-            self.executor._result_queue._writer.close()
+            # (typeshed's multiprocessing SimpleQueue omits the private _writer it has)
+            self.executor._result_queue._writer.close()  # type: ignore[attr-defined]
 
     def __enter__(self) -> _Pool:
         return self
@@ -140,12 +143,16 @@ class _Pool:
         if isinstance(error, BrokenProcessPool) and died:
             raise DataError(f"a preparation worker died ({_exit_status(died[0])})") from error
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         future = self.executor.submit(fn, *args)
         future.add_done_callback(self.completed.put)
         return future
 
-    def next_done(self, block: bool = True) -> Future | None:
+    @overload
+    def next_done(self, block: Literal[True] = ...) -> Future[Any]: ...
+    @overload
+    def next_done(self, block: bool) -> Future[Any] | None: ...
+    def next_done(self, block: bool = True) -> Future[Any] | None:
         """The next submitted future to complete (None if none has, without `block`).
 
         Raises BrokenProcessPool once a worker has died, also where the executor did not
@@ -170,7 +177,8 @@ class _Pool:
         is given a few seconds, then left behind.
         """
         workers = list(self.processes.values())  # shutdown lets the executor forget them
-        manager = self.executor._executor_manager_thread
+        # typeshed declares this private attribute a _ThreadWakeup; it is the manager Thread
+        manager: threading.Thread | None = self.executor._executor_manager_thread  # type: ignore[assignment]
         self.executor.shutdown(wait=False, cancel_futures=True)
         if now:
             for worker in workers:

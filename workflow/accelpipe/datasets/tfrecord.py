@@ -81,9 +81,9 @@ def bytes_feature(values: bytes | str | Iterable[bytes | str]) -> bytes:
         value = values.encode() if isinstance(values, str) else values
         inner = _header(1, len(value))
         return b"".join((_header(1, len(inner) + len(value)), inner, value))
-    parts = []
-    for value in values:
-        value = value.encode() if isinstance(value, str) else value
+    parts: list[bytes] = []
+    for item in values:
+        value = item.encode() if isinstance(item, str) else item
         parts += (_header(1, len(value)), value)
     size = sum(map(len, parts))
     # One join, so an image's bytes are copied once here (Feature.bytes_list = 1, value = 1).

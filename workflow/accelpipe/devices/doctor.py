@@ -407,7 +407,7 @@ def check_busy(backend: str, needs: Needs, vendor: VendorResult, uid: int | None
         if isinstance(vendor, smi.Vendor) and vendor.processes_listed
         else f"memory in use: {tool} lists no processes here"
     )
-    mine = f"; your own processes (not a problem: leases keep your jobs apart): {'; '.join(own)}"
+    yours = f"; your own processes (not a problem: leases keep your jobs apart): {'; '.join(own)}"
     if busy:
         free = [d.id for d in devices if d.id not in busy]
         taken = "; ".join(f"{device} ({who})" for device, who in busy.items())
@@ -415,7 +415,7 @@ def check_busy(backend: str, needs: Needs, vendor: VendorResult, uid: int | None
             "busy",
             PROBLEM,
             f"{len(busy)} of {len(devices)} devices are in use: {taken} (from {how})"
-            + (mine if own else ""),
+            + (yours if own else ""),
             "wait for them, or keep the jobs off them: accelerators.pool: "
             f"[{', '.join(free)}] (the free ones), and train on at most {len(free)} per job"
             if free
@@ -425,7 +425,7 @@ def check_busy(backend: str, needs: Needs, vendor: VendorResult, uid: int | None
         "busy",
         OK,
         f"none of the {len(devices)} devices is in use by another user (from {how})"
-        + (mine if own else ""),
+        + (yours if own else ""),
     )
 
 

@@ -433,9 +433,10 @@ def _advance(
         else:
             step = b - a
             if step < 0:
-                if wrap_j[i] is None:
+                wrap = wrap_j[i]
+                if wrap is None:
                     raise SourceError(f"the energy counter went back ({a} J, then {b} J)")
-                step += wrap_j[i]
+                step += wrap
         totals.append(running.totals[i] + step)
     return _Running(running.first, now, values, tuple(totals), running.count + 1)
 
@@ -510,9 +511,10 @@ def _open_nvml(ids: list[str]) -> _Source:
         raise SourceError(f"no power source: NVML unavailable: {_text(err)}") from err
     try:
         if not ids:
-            ids = _visible("cuda")
-            if ids is None:
-                ids = [str(i) for i in range(nvml.nvmlDeviceGetCount())]
+            visible = _visible("cuda")
+            if visible is None:
+                visible = [str(i) for i in range(nvml.nvmlDeviceGetCount())]
+            ids = visible
         if not ids:
             raise SourceError("no power source: no cuda device is visible to this run")
         handles = [_nvml_handle(nvml, device) for device in ids]
@@ -591,9 +593,10 @@ def _open_amdsmi(ids: list[str]) -> _Source:
     try:
         every = list(amdsmi.amdsmi_get_processor_handles())
         if not ids:
-            ids = _visible("rocm")
-            if ids is None:
-                ids = [str(i) for i in range(len(every))]
+            visible = _visible("rocm")
+            if visible is None:
+                visible = [str(i) for i in range(len(every))]
+            ids = visible
         if not ids:
             raise SourceError("no power source: no rocm device is visible to this run")
         handles = []
@@ -675,16 +678,15 @@ def _open_hl_smi(ids: list[str], timeout_s: float) -> _Source:
     tool = shutil.which("hl-smi")
     if tool is None:
         raise SourceError("no power source: hl-smi not found on PATH")
-    if not ids:
-        ids = _visible("gaudi")
+    wanted = ids if ids else _visible("gaudi")
     source = _HlSmiSource(tool, [], timeout_s)
     try:
         watts = source.read_all()
     except SourceError as err:
         raise SourceError(f"no power source: {err}") from err
-    if ids is None:
-        ids = sorted(watts, key=int)
-    ids = [str(int(d)) if d.isdigit() else d for d in ids]
+    if wanted is None:
+        wanted = sorted(watts, key=int)
+    ids = [str(int(d)) if d.isdigit() else d for d in wanted]
     if not ids:
         raise SourceError("no power source: no gaudi module is visible to this run")
     source = _HlSmiSource(tool, ids, timeout_s)

@@ -35,11 +35,11 @@ from accelpipe.errors import BackendUnavailableError
 
 # (tool, what it is called in messages) per backend, in the order they are tried
 TOOLS = {"cuda": ("nvidia-smi",), "rocm": ("rocm-smi", "amd-smi"), "gaudi": ("hl-smi",)}
-_NVIDIA_GPU = ("index", "uuid", "name", "driver_version", "memory.total", "memory.used")
-_NVIDIA_GPU += ("memory.free", "compute_cap")
+_NVIDIA_GPU: tuple[str, ...] = ("index", "uuid", "name", "driver_version", "memory.total")
+_NVIDIA_GPU += ("memory.used", "memory.free", "compute_cap")
 _NVIDIA_APPS = ("gpu_uuid", "pid", "process_name", "used_memory")
-HL_SMI_QUERY = ("module_id", "name", "driver_version", "memory.total", "memory.used")
-HL_SMI_QUERY += ("memory.free",)
+HL_SMI_QUERY: tuple[str, ...] = ("module_id", "name", "driver_version", "memory.total")
+HL_SMI_QUERY += ("memory.used", "memory.free")
 _MISSING = {"", "[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]"}
 _SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?i?B)?$", re.IGNORECASE)
 _MIB = {"b": 1 / 2**20, "kb": 1e3 / 2**20, "kib": 1 / 2**10, "mb": 1e6 / 2**20, "mib": 1.0}

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 import torch
 
@@ -67,13 +68,14 @@ class Device:
 
     def mark_step(self) -> None:
         """Gaudi lazy mode: flush the accumulated graph (after backward and after the step)."""
-        if self.lazy_mode:
+        if self.htcore is not None and self.lazy_mode:
             self.htcore.mark_step()
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         model = model.to(self.torch_device)
         if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+            # Module.to takes memory_format (documented); torch's overloads leave it out
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         return model
 
     def to_device(self, tensor: torch.Tensor, *, image: bool = False) -> torch.Tensor:
@@ -85,9 +87,10 @@ class Device:
 
     def compile(self, model: torch.nn.Module) -> torch.nn.Module:
         """Graph mode: torch.compile, with Habana's backend on Gaudi."""
+        # A compiled module is a torch.nn.Module (OptimizedModule); torch types it a callable.
         if self.backend == "gaudi":
-            return torch.compile(model, backend="hpu_backend")
-        return torch.compile(model)
+            return cast(torch.nn.Module, torch.compile(model, backend="hpu_backend"))
+        return cast(torch.nn.Module, torch.compile(model))
 
     def grad_scaler(self) -> torch.amp.GradScaler:
         """Loss scaling for fp16 autocast (its gradients underflow); a no-op otherwise."""
@@ -243,11 +246,12 @@ def _gaudi(precision: str, channels_last: bool, index: int = 0) -> Device:
         raise BackendUnavailableError(
             f"backend 'gaudi' needs habana_frameworks.torch (the Gaudi PyTorch stack): {err}"
         ) from None
-    if not torch.hpu.is_available():
+    # torch.hpu: registered by habana_frameworks.torch, unknown to torch's own type hints
+    if not torch.hpu.is_available():  # type: ignore[attr-defined]
         raise BackendUnavailableError(
             "backend 'gaudi': habana_frameworks loaded but no HPU is visible"
         )
-    name = torch.hpu.get_device_name(0)
+    name = torch.hpu.get_device_name(0)  # type: ignore[attr-defined]
     return Device("gaudi", torch.device("hpu"), name, precision, channels_last, htcore)
 
 

@@ -16,6 +16,7 @@ are tested with torch's functions and a `habana_frameworks` package stood in for
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable
@@ -104,7 +105,7 @@ def _gpu(backend: str) -> FrameworkFacts:
         )
     else:
         names = [
-            _ask(lambda i=i: torch.cuda.get_device_name(i), "get_device_name")[0]
+            _ask(functools.partial(torch.cuda.get_device_name, i), "get_device_name")[0]
             for i in range(count)
         ]
         facts.device_names = [str(n) if n else f"device {i}" for i, n in enumerate(names)]
@@ -128,7 +129,8 @@ def _cuda_bf16(cuda: bool, count: int) -> tuple[bool | None, str]:
     if not cuda:
         return bool(supported), basis
     caps = [
-        _ask(lambda i=i: torch.cuda.get_device_capability(i), "capability")[0] for i in range(count)
+        _ask(functools.partial(torch.cuda.get_device_capability, i), "capability")[0]
+        for i in range(count)
     ]
     known = {i: cap for i, cap in enumerate(caps) if cap is not None}
     old = [i for i, cap in known.items() if tuple(cap) < (8, 0)]
@@ -146,7 +148,7 @@ def _native_bf16() -> bool:
 def _memory(count: int) -> dict[str, tuple[float, float]]:
     memory = {}
     for i in range(count):
-        sizes, _ = _ask(lambda i=i: torch.cuda.mem_get_info(i), "mem_get_info")
+        sizes, _ = _ask(functools.partial(torch.cuda.mem_get_info, i), "mem_get_info")
         if sizes is not None:
             free, total = sizes
             memory[str(i)] = (free / MIB, total / MIB)

@@ -47,7 +47,7 @@ def _synchronize(device: Device) -> None:
         torch.cuda.synchronize(device.torch_device)
     elif device.backend == "gaudi":
         device.mark_step()
-        torch.hpu.synchronize()
+        torch.hpu.synchronize()  # type: ignore[attr-defined]  # habana_frameworks adds it
 
 
 def _operand(size: int, dtype: torch.dtype, device: Device, seed: int) -> torch.Tensor:

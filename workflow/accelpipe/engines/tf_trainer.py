@@ -106,7 +106,9 @@ def in_worker() -> bool:
     return "TF_CONFIG" in os.environ
 
 
-def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> dict[str, Any]:
+def run_training(
+    cfg: dict[str, Any], work_dir: Path, make_job: JobFactory
+) -> dict[str, Any] | None:
     """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
 
     Writes the model's weights (MODEL_FILE) and returns the run facts for stage.json on the
@@ -123,7 +125,7 @@ def run_training(cfg: dict[str, Any], work_dir: Path, make_job: JobFactory) -> d
 
 def _run_training(
     cfg: dict[str, Any], work_dir: Path, make_job: JobFactory, deterministic: bool
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     train_cfg = view(TrainConfig, cfg["train"])
     index, world = tf_launch.cluster()
     with power_meter(cfg["backend"], writes_log=index == 0) as meter:
@@ -492,6 +494,7 @@ class _Profiler:
     def _stop(self, step: int) -> None:
         tf.profiler.experimental.stop()
         logdir, self.running = self.running, None
+        assert logdir is not None  # end_step stops only a running trace
         traces = self.work_dir / "traces"
         traces.mkdir(parents=True, exist_ok=True)
         for xplane in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):

@@ -78,11 +78,11 @@ def _sdpa_backward(
 
 def _extra_formulas() -> dict[Any, Callable[..., int]]:
     """The CPU attention kernels' formulas, where this torch has the ops and no formula."""
-    ops = {
+    ops: dict[str, Callable[..., int]] = {
         "_scaled_dot_product_flash_attention_for_cpu": _sdpa_forward,
         "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward,
     }
-    found = {}
+    found: dict[Any, Callable[..., int]] = {}
     for name, formula in ops.items():
         op = getattr(torch.ops.aten, name, None)
         if op is not None and op not in flop_registry:

@@ -358,7 +358,7 @@ class Trainer:
                         self.epoch,
                         self.step,
                         loss_value,
-                        self.scheduler.get_last_lr()[0],
+                        float(self.scheduler.get_last_lr()[0]),
                         image.shape[0] * world,
                         waited,
                         elapsed,

@@ -115,7 +115,7 @@ class TrainTransform:
         )
         box = (left, top, left + w, top + h)
         # One call: PIL resamples just the box, with antialiasing when it shrinks.
-        arr = np.asarray(img.resize((self.size, self.size), Image.BILINEAR, box=box))
+        arr = np.asarray(img.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box))
         if rng.random() < self.flip_p:
             arr = arr[:, ::-1]
         return to_normalized_tensor(arr)
@@ -134,7 +134,7 @@ class EvalTransform:
         w, h = img.size
         scale = self.resize / min(w, h)
         new_w, new_h = round(w * scale), round(h * scale)
-        img = img.resize((new_w, new_h), Image.BILINEAR)
+        img = img.resize((new_w, new_h), Image.Resampling.BILINEAR)
         left, top = round((new_w - self.size) / 2), round((new_h - self.size) / 2)
         return to_normalized_tensor(img.crop((left, top, left + self.size, top + self.size)))
 

@@ -14,7 +14,6 @@ with p = 0.15 a transform costs ~15% of applying it to the whole batch.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -109,11 +108,11 @@ class BatchAugment:
         self,
         p: float = 0.15,
         flip_p: float = 0.33,
-        zoom_range: Sequence[float] = (0.7, 1.0),
-        noise_std: Sequence[float] = (0.0, 0.33),
-        blur_sigma: Sequence[float] = (0.5, 1.5),
-        brightness_range: Sequence[float] = (0.7, 1.3),
-        contrast_range: Sequence[float] = (0.65, 1.5),
+        zoom_range: tuple[float, float] = (0.7, 1.0),
+        noise_std: tuple[float, float] = (0.0, 0.33),
+        blur_sigma: tuple[float, float] = (0.5, 1.5),
+        brightness_range: tuple[float, float] = (0.7, 1.3),
+        contrast_range: tuple[float, float] = (0.65, 1.5),
     ) -> None:
         self.p, self.flip_p = p, flip_p
         self.zoom_range, self.noise_std, self.blur_sigma = zoom_range, noise_std, blur_sigma

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from monai import transforms as mt
@@ -33,7 +33,9 @@ class VolumeSettings:
 
     @classmethod
     def from_config(cls, transforms: dict[str, Any], roi: Sequence[int]) -> VolumeSettings:
-        return cls(tuple(transforms["spacing"]), tuple(transforms["hu_range"]), tuple(roi))
+        # the config schema holds roi to three integers
+        roi3 = cast(tuple[int, int, int], tuple(roi))
+        return cls(tuple(transforms["spacing"]), tuple(transforms["hu_range"]), roi3)
 
 
 def datalist(prepared: Path, split: str) -> list[dict[str, str]]:

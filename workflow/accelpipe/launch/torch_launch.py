@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigError
 
@@ -138,7 +138,7 @@ def init_from_env(device: Device) -> DistContext:
                 f"backend 'gaudi' with several processes needs "
                 f"habana_frameworks.torch.distributed.hccl: {err}"
             ) from None
-    options = {}
+    options: dict[str, Any] = {}  # init_process_group's keywords
     if device.torch_device.type == "cuda":
         # Bind before init so NCCL's communicator and barrier use this rank's GPU.
         torch.cuda.set_device(device.torch_device)
@@ -317,6 +317,7 @@ def run_workers(cmd: list[str], env: dict[str, str]) -> int:
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         with _sigterm_exits():
             for line in proc.stdout:

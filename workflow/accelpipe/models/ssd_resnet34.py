@@ -39,8 +39,8 @@ BN_EPSILON = 1e-5
 # (channels, blocks, first stride): ResNet-34's first three groups, group 3 at stride 1.
 GROUPS = ((64, 3, 1), (128, 4, 2), (256, 6, 1))
 # (1x1 channels, 3x3 channels, 3x3 stride, 3x3 padding) of the extra blocks 7..11.
-EXTRAS = ((256, 512, 2, "same"), (256, 512, 2, "same"), (128, 256, 2, "same"))
-EXTRAS += ((128, 256, 1, "valid"), (128, 256, 1, "valid"))
+EXTRAS: tuple[tuple[int, int, int, str], ...] = ((256, 512, 2, "same"), (256, 512, 2, "same"))
+EXTRAS += ((128, 256, 2, "same"), (128, 256, 1, "valid"), (128, 256, 1, "valid"))
 FROZEN_LAYERS = ("stem_conv", "stem_bn", "g1b1_conv1", "g1b1_bn1")
 
 

@@ -133,6 +133,7 @@ def resize_pos_embedding(pos: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
     values; pitfall 17. scipy is not a dependency either.)
     """
     side, d = _grid(pos.shape[1]), pos.shape[2]
+    assert side is not None, f"position embedding of {pos.shape[1]} tokens: not 1 + g*g"
     old = pos[0, 1:].reshape(1, side, side, d)
     new = tf.image.resize(tf.constant(old, tf.float32), grid, method="bilinear").numpy()
     return np.concatenate([pos[:, :1], new.reshape(1, grid[0] * grid[1], d)], axis=1)
@@ -142,12 +143,12 @@ def _pos_value(data, path: Path, model: keras.Model) -> tuple[np.ndarray, list[i
     pos = _read(data, path, POS_KEY)
     layer = _pos_layer(model)
     d = layer.pos_embedding.shape[-1]
-    if pos.ndim != 3 or pos.shape[0] != 1 or pos.shape[2] != d or _grid(pos.shape[1]) is None:
+    side = _grid(pos.shape[1]) if pos.ndim == 3 else None
+    if pos.ndim != 3 or pos.shape[0] != 1 or pos.shape[2] != d or side is None:
         raise DataError(
             f"{path}: {POS_KEY} has shape {pos.shape}, the model needs (1, 1 + g*g, {d}) "
             f"(resized to its grid {layer.grid})"
         )
-    side = _grid(pos.shape[1])
     return resize_pos_embedding(pos, tuple(layer.grid)), [side, side]
 
 

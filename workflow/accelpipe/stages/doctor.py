@@ -28,16 +28,21 @@ def probe_for(framework: str) -> Callable[[str], doctor.FactsResult]:
     the framework check's problem, not a crash."""
 
     def probe(backend: str) -> doctor.FactsResult:
+        framework_probe: Callable[[str], doctor.FactsResult]
         try:
             if framework == "tensorflow":
-                from accelpipe.devices import tf_doctor as module
+                from accelpipe.devices import tf_doctor
+
+                framework_probe = tf_doctor.probe
             else:
-                from accelpipe.devices import torch_doctor as module
+                from accelpipe.devices import torch_doctor
+
+                framework_probe = torch_doctor.probe
         except ImportError as err:
             return f"cannot import {framework}: {err}"
         except AccelpipeError as err:
             return f"{framework}: {err}"
-        return module.probe(backend)
+        return framework_probe(backend)
 
     return probe
 

@@ -128,7 +128,8 @@ class FileEvents:
                 if type(cat) is not str:
                     continue
                 role = self._role(cat)
-            ts = ev.get("ts")
+            # JSON values, numbers past the exact type() tests (which mypy does not narrow on)
+            ts: Any = ev.get("ts")
             if role is INSTANT:  # [memory] events among them
                 instants.append(ev)
                 continue
@@ -154,7 +155,7 @@ class FileEvents:
                 continue
             if role is OTHER or role is MIRROR or ev.get("ph") != "X":
                 continue
-            dur = ev.get("dur")
+            dur: Any = ev.get("dur")
             if type(ts) not in _NUM or type(dur) not in _NUM:
                 continue
             if ts - ts != 0 or dur - dur != 0:

@@ -4,7 +4,7 @@ and a short excerpt. Only runs on the error path, so it may re-read and re-decod
 from __future__ import annotations
 
 import json
-from typing import BinaryIO
+from typing import Protocol
 
 import numpy as np
 
@@ -13,6 +13,12 @@ from accelpipe.traces.problems import Malformed
 
 _PROBE_BYTES = 1 << 20  # decode at most this much of an unclosed event to find the fault
 _QUOTE_HINT = "an unescaped '\"' inside a string (e.g. an op name) does this"
+
+
+class ByteSource(Protocol):
+    """The decompressed bytes of a trace, read from the start: a file, a zip member, gzip."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 def excerpt(text: bytes, pos: int, before: int = 40, after: int = 20) -> str:
@@ -64,7 +70,7 @@ def invalid_event(piece: bytes, start: int, index: int, err: ValueError) -> Malf
     )
 
 
-def line_and_column(stream: BinaryIO, offset: int) -> tuple[int, int]:
+def line_and_column(stream: ByteSource, offset: int) -> tuple[int, int]:
     """1-based line and column of byte ``offset`` of ``stream`` (read from its start)."""
     line, last_newline, seen = 1, -1, 0
     while seen < offset:

@@ -73,10 +73,12 @@ class MemoryEvents:
         add_thread, add_device = self.thread.append, self.device.append
         add_ts, add_total = self.ts.append, self.total.append
         for ev in events:
-            args, ts = ev.get("args"), ev.get("ts")
+            # JSON values, numbers past the exact type() test (which mypy does not narrow on)
+            args = ev.get("args")
+            ts: Any = ev.get("ts")
             if ev.get("name") != MEMORY_EVENT or type(args) is not dict:
                 continue
-            total = args.get("Total Allocated")
+            total: Any = args.get("Total Allocated")
             if type(ts) not in _NUM or type(total) not in _NUM or not 0 <= total < 1 << 63:
                 continue  # not a byte count array("q") holds (NaN fails the comparison too)
             if ts - ts != 0:

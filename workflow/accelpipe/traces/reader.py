@@ -17,7 +17,7 @@ import re
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 import orjson
@@ -51,7 +51,7 @@ class Sink(Protocol):
 class ByteWindow:
     """A window over the decompressed byte stream; ``buf[pos:]`` is unread."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: locate.ByteSource) -> None:
         self.stream = stream
         self.buf = b""
         self.pos = 0
@@ -80,7 +80,9 @@ class ByteWindow:
     def peek(self) -> int | None:
         """Skip whitespace; the next byte (not consumed) or None at end of stream."""
         while True:
-            self.pos = _WS_RE.match(self.buf, self.pos).end()
+            space = _WS_RE.match(self.buf, self.pos)
+            assert space is not None  # a run of zero or more spaces matches anywhere
+            self.pos = space.end()
             if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if not self.fill():
@@ -274,22 +276,23 @@ def loads_batch(seg: bytes, starts: list[int], ends: list[int], base: int, first
 
 
 @contextlib.contextmanager
-def open_trace(path: Path) -> Iterator[BinaryIO]:
+def open_trace(path: Path) -> Iterator[locate.ByteSource]:
     """Decompressed bytes of a .json, .json.gz or single-trace .zip (sniffed by magic)."""
     with contextlib.ExitStack() as stack:
         raw = stack.enter_context(open(path, "rb"))
         magic = raw.read(4)
         raw.seek(0)
-        stream: BinaryIO = raw
+        source: IO[bytes] = raw
         if magic.startswith(b"PK"):
-            stream = stack.enter_context(_zip_member(stack.enter_context(zipfile.ZipFile(raw))))
-            magic = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
+            source = stack.enter_context(_zip_member(stack.enter_context(zipfile.ZipFile(raw))))
+            magic = source.peek(2)[:2] if hasattr(source, "peek") else b""
+        stream: locate.ByteSource = source
         if magic.startswith(b"\x1f\x8b"):
-            stream = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
+            stream = stack.enter_context(gzip.GzipFile(fileobj=source, mode="rb"))
         yield stream
 
 
-def _zip_member(zf: zipfile.ZipFile) -> BinaryIO:
+def _zip_member(zf: zipfile.ZipFile) -> IO[bytes]:
     files = [i for i in zf.infolist() if not i.is_dir()]
     traces = [i for i in files if i.filename.endswith((".json", ".json.gz"))] or files
     if len(traces) != 1:

@@ -93,7 +93,9 @@ class TFEvents:
                 continue
             if ph != "X":
                 continue
-            ts, dur = ev.get("ts"), ev.get("dur")
+            # JSON values, numbers past the exact type() test (which mypy does not narrow on)
+            ts: Any = ev.get("ts")
+            dur: Any = ev.get("dur")
             if type(ts) not in _NUM or type(dur) not in _NUM:
                 continue
             if ts - ts != 0 or dur - dur != 0:  # NaN / inf: would poison every statistic
@@ -111,7 +113,7 @@ class TFEvents:
                 self.step_dur.append(dur)
                 self.step_group.append(_group(args))
             elif name in HOST_SECTIONS:
-                self.host_name.append(name)  # type: ignore[arg-type]
+                self.host_name.append(name)
                 self.host_row.append(row)
                 self.host_ts.append(ts)
                 self.host_dur.append(dur)

@@ -154,7 +154,7 @@ class TFFile:
         h_end = h_ts + np.frombuffer(t.host_dur, np.float64)[h_keep]
         one = busy_and_span(np.arange(len(h_ts)), h_ts, h_end)
         zero = np.zeros(len(h_ts))
-        cols = [
+        cols: list[tuple[np.ndarray, ...]] = [
             (h_ids, self.pid[h_row[h_keep]], h_ts, one.busy, one.last - one.first, zero, zero,
              covered(kern_ts, kern_end, h_ts, h_end), np.zeros(len(h_ts), bool)),
         ]  # fmt: skip

@@ -58,7 +58,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
         train_cfg: TrainConfig, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         dataset = IndexedImages(prepared, "train", TrainTransform(size=size))
-        sampler = None
+        sampler: DistributedSampler[int] | None = None
         if ctx.world_size > 1:
             sampler = DistributedSampler(
                 dataset, ctx.world_size, ctx.rank, shuffle=True, seed=train_cfg.seed, drop_last=True

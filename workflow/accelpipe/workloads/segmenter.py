@@ -72,7 +72,7 @@ def _pretrained(model: keras.Model, model_cfg: dict[str, Any]) -> dict[str, Any]
     return vit_npz.load_pretrained(model, path, model_cfg.get("pretrained_sha256"))
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
     files = _shards(prepared, "train")
     train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
     model_cfg = cfg["model"]

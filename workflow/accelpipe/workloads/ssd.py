@@ -95,7 +95,7 @@ def _epoch_batches(
     )
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
     categories = _categories(prepared)
     ids = [c["id"] for c in categories]
     train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]

@@ -100,6 +100,7 @@ def predict(
             overlap=ev["overlap"],
             mode=ev["mode"],
         )
+    assert isinstance(logits, torch.Tensor)  # the model's one output, not a tuple or dict
     return (torch.sigmoid(logits.float())[0, 0] > ev["threshold"]).cpu().numpy().astype(np.uint8)
 
 
