@@ -40,6 +40,7 @@ LAYERS = {
     "curves": BASE,
     "schema_docs": BASE,
     "containers": BASE,
+    "mllog": BASE,
     # the config and what is computed from it alone
     "config": CONFIG,
     "grid": CONFIG,
