@@ -70,6 +70,7 @@ run: venv
 
 test: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/snakefmt --check Snakefile rules/
 	$(BIN)/snakemake --lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
@@ -93,6 +94,7 @@ test-torch26: venv-torch26
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/snakefmt --check Snakefile rules/
 	$(BIN)/snakemake --lint
 

@@ -10,7 +10,7 @@ options say otherwise (`--device cuda --precision bf16`, `--full` for the real R
   with channels-last, record_function sections, per-step log row) running
   `Trainer._run_epoch` over a fixed list of pre-made (image, label) batches already on the
   device, in the loader's NCHW layout: the loader and the host-to-device copy are excluded.
-  The profiler is off (ProfileConfig(enabled=False)); one profiled epoch covering the block's
+  The profiler is off (settings.PROFILE_OFF); one profiled epoch covering the block's
   profile schedule is reported as extra information.
 * minimal: the same ResNet (same init seed) in the same memory format, the same optimizer
   (torch.optim.SGD over the same decay / no-decay groups, or accelpipe's LARS, which torch
@@ -49,12 +49,13 @@ import torch
 import yaml
 
 from accelpipe import optim
-from accelpipe.config import ProfileConfig, TrainConfig, validate, view
+from accelpipe.config import validate
 from accelpipe.datasets import imagenet
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs.imagefolder import IndexedImages, TrainTransform, make_loader
 from accelpipe.models.resnet50 import ResNet
+from accelpipe.settings import ProfileSettings, ResNet50Train, view
 from accelpipe.workloads.resnet50 import build_model
 from benchmarks.step_harness import (
     Batch,
@@ -93,7 +94,7 @@ class Minimal:
         self,
         model_cfg: dict[str, Any],
         classes: int,
-        train_cfg: TrainConfig,
+        train_cfg: ResNet50Train,
         device: torch_device.Device,
         batches: list[Batch],
     ) -> None:
@@ -141,9 +142,9 @@ class Minimal:
 def measure_steps(
     model_cfg: dict[str, Any],
     classes: int,
-    train_cfg: TrainConfig,
+    train_cfg: ResNet50Train,
     device: torch_device.Device,
-    profile: ProfileConfig,
+    profile: ProfileSettings,
     args: argparse.Namespace,
     tmp: Path,
 ) -> dict[str, Any]:
@@ -197,7 +198,7 @@ def _passes(loader: torch.utils.data.DataLoader) -> Iterator[Batch]:
 
 
 def measure_loader(
-    prepared: Path, size: int, train_cfg: TrainConfig, device: torch_device.Device, batches: int
+    prepared: Path, size: int, train_cfg: ResNet50Train, device: torch_device.Device, batches: int
 ) -> dict[str, Any]:
     dataset = IndexedImages(prepared, "train", TrainTransform(size=size))
     loader = make_loader(
@@ -269,9 +270,11 @@ def main() -> None:
     need = math.ceil(2 * train["batch_size"] / synth["classes"])
     synth["train_per_class"] = max(synth["train_per_class"], need)
     # One epoch of `steps`: the schedule's warmup and decay span what the bench runs.
-    train_cfg = dataclasses.replace(view(TrainConfig, train), epochs=1, steps_per_epoch=args.steps)
+    train_cfg = dataclasses.replace(
+        view(ResNet50Train, train), epochs=1, steps_per_epoch=args.steps
+    )
     device = torch_device.resolve(args.device, train_cfg.precision, train_cfg.channels_last)
-    profile = ProfileConfig.from_slice(block.get("profile", {}))
+    profile = view(ProfileSettings, block["profile"])
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         prepared = prepare_data({**data_cfg, "synthetic": synth}, tmp)

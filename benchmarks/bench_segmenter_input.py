@@ -90,8 +90,8 @@ def build_segmenter_trainer(
     prepared: Path, cfg: dict[str, Any], work_dir: Path
 ) -> tuple[TFTrainJob, TFTrainer]:
     """The job workloads.segmenter.train makes, and its trainer, as run_training builds them."""
-    make_job = capture_job_factory(segmenter.train, prepared, RUN, cfg, work_dir)
-    return build_trainer(make_job, cfg, work_dir)
+    factory = capture_job_factory(segmenter.train, prepared, RUN, cfg, work_dir)
+    return build_trainer(factory, cfg, work_dir)
 
 
 def model_spec(text: str) -> tuple[str, int]:

@@ -52,6 +52,7 @@ from accelpipe.config import validate
 from accelpipe.datasets import coco
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
+from accelpipe.settings import TFTrain
 from accelpipe.workloads import ssd
 
 TARGET = 3.0
@@ -72,8 +73,10 @@ def train_slice(width: int, batch: int, precision: str, compile_: bool) -> dict[
     return cfg
 
 
-def ssd_job_factory(prepared: Path, cfg: dict[str, Any], work_dir: Path) -> JobFactory:
-    """The `make_job` workloads.ssd.train hands tf_trainer.run_training, unchanged."""
+def ssd_job_factory(
+    prepared: Path, cfg: dict[str, Any], work_dir: Path
+) -> tuple[JobFactory, TFTrain]:
+    """The `make_job` and train settings workloads.ssd.train hands tf_trainer.run_training."""
     return capture_job_factory(ssd.train, prepared, RUN, cfg, work_dir)
 
 

@@ -4,10 +4,11 @@ Measured in this process with the shipped config.yaml's `swinunetr` block (its t
 roi, run `default`), on CPU in fp32:
 
 * ours: accelpipe's Trainer (models.swinunetr.build_model, DiceCELoss(sigmoid=True), the
-  workload's TrainConfig: AdamW from accelpipe.optim, warmup + cosine LambdaLR, GradScaler,
+  workload's train settings (settings.SwinUNETRTrain): AdamW from accelpipe.optim, warmup +
+  cosine LambdaLR, GradScaler,
   record_function sections, per-step log row) running `Trainer._run_epoch` over a fixed list
   of pre-made (image, label) crops of shape (batch * num_samples, 1, *roi): the loader is
-  excluded. The profiler is off (ProfileConfig(enabled=False)); the profiled variant (the
+  excluded. The profiler is off (settings.PROFILE_OFF); the profiled variant (the
   block's profile schedule, traces written to a temp dir) is reported as extra information.
 * minimal: MONAI's SwinUNETR built directly with the same arguments and init seed,
   torch.optim.AdamW, DiceCELoss, plain zero_grad / forward / loss / backward / step on the
@@ -45,12 +46,13 @@ import yaml
 from monai.losses import DiceCELoss
 from monai.networks.nets import SwinUNETR
 
-from accelpipe.config import ProfileConfig, TrainConfig, run_train, validate, view
+from accelpipe.config import run_train, validate
 from accelpipe.datasets import nsclc
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs import volumes
 from accelpipe.models.swinunetr import build_model
+from accelpipe.settings import ProfileSettings, SwinUNETRTrain, view
 from accelpipe.workloads.swinunetr import AUTO_PRECISION
 from benchmarks.step_harness import (
     Batch,
@@ -80,7 +82,7 @@ class Minimal:
     """MONAI's SwinUNETR, torch AdamW and DiceCELoss in the plainest loop."""
 
     def __init__(
-        self, model_cfg: dict[str, Any], train_cfg: TrainConfig, batches: list[Batch]
+        self, model_cfg: dict[str, Any], train_cfg: SwinUNETRTrain, batches: list[Batch]
     ) -> None:
         torch.manual_seed(train_cfg.seed)
         self.model = SwinUNETR(
@@ -108,12 +110,12 @@ class Minimal:
 
 
 def measure_steps(
-    block: dict[str, Any], train_cfg: TrainConfig, args: argparse.Namespace, tmp: Path
+    block: dict[str, Any], train_cfg: SwinUNETRTrain, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
     device = torch_device.resolve("cpu", train_cfg.precision, False, auto=AUTO_PRECISION)
     crops = train_cfg.batch_size * block["train"]["num_samples"]
     batches = make_batches(args.distinct_batches, crops, block["model"]["roi"], seed=0)
-    profile = ProfileConfig.from_slice(block.get("profile", {}))
+    profile = view(ProfileSettings, block["profile"])
     torch.manual_seed(train_cfg.seed)
     model = build_model(block["model"])
     ours = TrainerSteps(
@@ -157,7 +159,7 @@ def measure_steps(
 
 
 def measure_loader(
-    block: dict[str, Any], train_cfg: TrainConfig, prepared: Path, batches: int
+    block: dict[str, Any], train_cfg: SwinUNETRTrain, prepared: Path, batches: int
 ) -> dict[str, Any]:
     train = block["train"]
     settings = volumes.VolumeSettings.from_config(block["transforms"], block["model"]["roi"])
@@ -212,7 +214,9 @@ def main() -> None:
     if args.workers is not None:
         train["loader_workers"] = args.workers
     # One epoch of `steps`: the schedule's warmup and cosine span what the bench runs.
-    train_cfg = dataclasses.replace(view(TrainConfig, train), epochs=1, steps_per_epoch=args.steps)
+    train_cfg = dataclasses.replace(
+        view(SwinUNETRTrain, train), epochs=1, steps_per_epoch=args.steps
+    )
     block = {**block, "train": train}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from accelpipe.config import ProfileConfig, TrainConfig
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import LOG_FIELDS, Trainer, TrainJob
+from accelpipe.settings import PROFILE_OFF, ProfileSettings, TorchTrain
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -26,17 +26,17 @@ class TrainerSteps:
         self,
         model: torch.nn.Module,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-        train_cfg: TrainConfig,
+        train_cfg: TorchTrain,
         device: torch_device.Device,
         batches: list[Batch],
         work_dir: Path,
-        profile: ProfileConfig,
+        profile: ProfileSettings,
     ) -> None:
         def fixed(epoch: int) -> itertools.islice:
             return itertools.islice(itertools.cycle(batches), job.steps_per_epoch)
 
         job = TrainJob(model, loss_fn, fixed, train_cfg.steps_per_epoch)
-        self.trainer = Trainer(job, device, train_cfg, ProfileConfig(enabled=False), work_dir)
+        self.trainer = Trainer(job, device, train_cfg, PROFILE_OFF, work_dir)
         self.profile = profile
         self.sink = open(os.devnull, "w", newline="")  # noqa: SIM115 - closed in close()
         # The rank-0 log row is part of every step, as in Trainer.fit.
@@ -53,7 +53,7 @@ class TrainerSteps:
             with trainer._profiler() as prof:
                 trainer._run_epoch(self.writer, prof)
         finally:
-            trainer.profile = ProfileConfig(enabled=False)
+            trainer.profile = PROFILE_OFF
 
     def close(self) -> None:
         self.sink.close()

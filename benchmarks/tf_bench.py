@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.config import ProfileConfig, TrainConfig, slice_schema, validate_slice, view
+from accelpipe.config import slice_schema, validate_slice
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import tf_device
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
 from accelpipe.keras2 import keras, tf
+from accelpipe.settings import PROFILE_OFF, TFTrain
 
 Step = Callable[[Any, Any], tf.Tensor]
 
@@ -51,13 +52,16 @@ def capture_job_factory(
     run: str,
     cfg: dict[str, Any],
     work_dir: Path,
-) -> JobFactory:
-    """The `make_job` a workload's `train(prepared, run, cfg, work_dir)` hands
-    tf_trainer.run_training, unchanged (run_training is stood in for while `train` runs)."""
-    captured: list[JobFactory] = []
+) -> tuple[JobFactory, TFTrain]:
+    """The `make_job` and train settings a workload's `train(prepared, run, cfg, work_dir)`
+    hands tf_trainer.run_training, unchanged (run_training is stood in for while `train`
+    runs)."""
+    captured: list[tuple[JobFactory, TFTrain]] = []
 
-    def capture(cfg_: dict[str, Any], work_dir_: Path, make_job: JobFactory) -> dict:
-        captured.append(make_job)
+    def capture(
+        cfg_: dict[str, Any], train_cfg: TFTrain, work_dir_: Path, make_job: JobFactory
+    ) -> dict:
+        captured.append((make_job, train_cfg))
         return {}
 
     real = tf_trainer.run_training
@@ -72,17 +76,17 @@ def capture_job_factory(
 
 
 def build_trainer(
-    make_job: JobFactory, cfg: dict[str, Any], work_dir: Path
+    factory: tuple[JobFactory, TFTrain], cfg: dict[str, Any], work_dir: Path
 ) -> tuple[TFTrainJob, TFTrainer]:
     """The job and trainer as tf_trainer.run_training builds them in a one-process run
     (device policy, seed, then the job and a TFTrainer with the profiler off)."""
-    train_cfg = view(TrainConfig, cfg["train"])
+    make_job, train_cfg = factory
     device = tf_device.resolve(cfg["backend"], train_cfg.precision)
     device.apply_policy()
     keras.utils.set_random_seed(train_cfg.seed)
     with tf.device(device.device):
         job = make_job(train_cfg, device)
-        trainer = TFTrainer(job, device, train_cfg, ProfileConfig(False), work_dir)
+        trainer = TFTrainer(job, device, train_cfg, PROFILE_OFF, work_dir)
     return job, trainer
 
 

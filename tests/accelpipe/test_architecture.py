@@ -44,6 +44,8 @@ LAYERS = {
     # the config and what is computed from it alone
     "config": CONFIG,
     "grid": CONFIG,
+    "settings": CONFIG,  # typed views of config blocks
+    "quality": CONFIG,  # quality targets (quality_targets.yaml) and the verdict on metrics
     "codegraph": CONFIG,
     "targets": CONFIG,
     "runtime": CONFIG,

@@ -129,7 +129,7 @@ def _stage_argv(stage: str, tmp_path: Path, cfg: str) -> list[str]:
         ("prepare", "{}", "missing key 'prepare'"),
         ("train", "{}", "missing keys 'backend', 'model', 'profile', 'train'"),
         ("train", '{"backend": "cpu", "model": {}, "profile": {}}', "missing key 'train'"),
-        ("evaluate", '{"backend": "cpu", "train": {}}', "missing key 'evaluate'"),
+        ("evaluate", '{"backend": "cpu", "train": {}, "target": null}', "missing key 'evaluate'"),
         ("publish", "{}", "missing keys 'backend', 'datasets'"),
         ("grid", '{"keys": "model.encoder"}', "config key 'keys': 'model.encoder' is not of"),
         ("benchmark", '{"warmup_steps": -1}', "config key 'warmup_steps': -1 is less than"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe.config import TrainConfig, run_train, validate, view
+from accelpipe.config import run_train, validate
 from accelpipe.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,12 +118,6 @@ def test_strings_from_the_command_line_take_the_schema_types() -> None:
         validate({"datasets": {"brats": {"source": "path:/x"}}})["datasets"]["brats"]["source"]
         == "path:/x"
     )
-
-
-def test_view_builds_the_typed_train_config() -> None:
-    train = view(TrainConfig, validate({})["unet2d"]["train"])
-    assert isinstance(train, TrainConfig)
-    assert train.lr == 0.001 and train.precision == "auto" and train.steps_per_epoch is None
 
 
 def test_named_runs_override_the_train_block() -> None:

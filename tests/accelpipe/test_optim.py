@@ -10,10 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from accelpipe.config import TrainConfig
 from accelpipe.devices.torch_device import resolve
 from accelpipe.errors import ConfigError
 from accelpipe.optim import LARS, WarmupDecay, build_optimizer, make_scheduler, split_decay
+from accelpipe.settings import TorchTrain
+from tests.helpers.settings import torch_train
 
 pytestmark = pytest.mark.torch
 
@@ -25,7 +26,7 @@ def _net() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(16, 2))
 
 
-def _lrs(cfg: TrainConfig, total: int, steps_per_epoch: int) -> list[float]:
+def _lrs(cfg: TorchTrain, total: int, steps_per_epoch: int) -> list[float]:
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=cfg.lr)
     sched = make_scheduler(opt, cfg, total, steps_per_epoch)
     lrs = []
@@ -41,28 +42,28 @@ def _lrs(cfg: TrainConfig, total: int, steps_per_epoch: int) -> list[float]:
 
 def test_without_warmup_reproduces_the_previous_trainer_schedules() -> None:
     total = 10
-    cosine = _lrs(TrainConfig(lr=0.2, scheduler="cosine"), total, 5)
+    cosine = _lrs(torch_train(lr=0.2, scheduler="cosine"), total, 5)
     expected = [0.2 * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)) for s in range(12)]
     assert cosine == pytest.approx(expected, abs=1e-12)
-    assert _lrs(TrainConfig(lr=0.2, scheduler="constant"), total, 5) == [0.2] * 12
+    assert _lrs(torch_train(lr=0.2, scheduler="constant"), total, 5) == [0.2] * 12
 
 
 def test_linear_warmup_then_constant() -> None:
-    lrs = _lrs(TrainConfig(lr=1.0, warmup_epochs=1.0, scheduler="constant"), 12, 4)
+    lrs = _lrs(torch_train(lr=1.0, warmup_epochs=1.0, scheduler="constant"), 12, 4)
     assert lrs[:5] == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
 
 
 def test_warmup_steps_round_fractional_epochs() -> None:
     assert make_scheduler(
         torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0),
-        TrainConfig(warmup_epochs=0.5, scheduler="cosine"),
+        torch_train(warmup_epochs=0.5, scheduler="cosine"),
         100,
         7,
     ).lr_lambdas[0] == WarmupDecay("cosine", 100, 4, 2.0)
 
 
 def test_cosine_after_warmup_ends_at_zero() -> None:
-    lrs = _lrs(TrainConfig(lr=1.0, warmup_epochs=1.0, scheduler="cosine"), 12, 4)
+    lrs = _lrs(torch_train(lr=1.0, warmup_epochs=1.0, scheduler="cosine"), 12, 4)
     assert lrs[3] == pytest.approx(1.0)  # last warmup step
     assert lrs[4] == pytest.approx(1.0)  # t = 0 of the decay
     assert lrs[8] == pytest.approx(0.5)  # halfway through the 8 decay steps
@@ -72,19 +73,19 @@ def test_cosine_after_warmup_ends_at_zero() -> None:
 
 
 def test_poly_decay_shape() -> None:
-    cfg = TrainConfig(lr=2.0, warmup_epochs=0.5, scheduler="poly", poly_power=2.0)
+    cfg = torch_train(lr=2.0, warmup_epochs=0.5, scheduler="poly", poly_power=2.0)
     lrs = _lrs(cfg, 12, 4)  # 2 warmup steps, then 10 decay steps
     assert lrs[:2] == pytest.approx([1.0, 2.0])
     expected = [2.0 * (1 - t / 10) ** 2 for t in range(11)]
     assert lrs[2:13] == pytest.approx(expected)
-    cubic = _lrs(TrainConfig(lr=1.0, scheduler="poly", poly_power=3.0), 10, 4)
+    cubic = _lrs(torch_train(lr=1.0, scheduler="poly", poly_power=3.0), 10, 4)
     assert cubic[5] == pytest.approx(0.5**3)
 
 
 def test_unknown_scheduler_names_the_key() -> None:
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ConfigError, match=r"train\.scheduler.*'step'"):
-        make_scheduler(opt, TrainConfig(scheduler="step"), 10, 2)
+        make_scheduler(opt, torch_train(scheduler="step"), 10, 2)
 
 
 # -- optimizers -----------------------------------------------------------------
@@ -98,14 +99,14 @@ def test_split_decay_separates_bn_and_biases() -> None:
 
 
 def test_build_adamw_uses_the_device_optimizer() -> None:
-    opt = build_optimizer(_net(), TrainConfig(optimizer="adamw", lr=3e-4), CPU)
+    opt = build_optimizer(_net(), torch_train(optimizer="adamw", lr=3e-4), CPU)
     assert isinstance(opt, torch.optim.AdamW)
     assert opt.param_groups[0]["lr"] == 3e-4
 
 
 def test_build_sgd_puts_bn_and_biases_in_a_no_decay_group() -> None:
     net = _net()
-    cfg = TrainConfig(optimizer="sgd", lr=0.1, momentum=0.8, weight_decay=5e-5)
+    cfg = torch_train(optimizer="sgd", lr=0.1, momentum=0.8, weight_decay=5e-5)
     opt = build_optimizer(net, cfg, CPU)
     assert isinstance(opt, torch.optim.SGD)
     decay, no_decay = opt.param_groups
@@ -116,14 +117,14 @@ def test_build_sgd_puts_bn_and_biases_in_a_no_decay_group() -> None:
 
 
 def test_build_lars_groups() -> None:
-    opt = build_optimizer(_net(), TrainConfig(optimizer="lars", lr=2.5), CPU)
+    opt = build_optimizer(_net(), torch_train(optimizer="lars", lr=2.5), CPU)
     assert isinstance(opt, LARS)
     assert [g["lars"] for g in opt.param_groups] == [True, False]
 
 
 def test_unknown_optimizer_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"train\.optimizer.*'adam'"):
-        build_optimizer(_net(), TrainConfig(optimizer="adam"), CPU)
+        build_optimizer(_net(), torch_train(optimizer="adam"), CPU)
 
 
 def test_lars_one_step_hand_computed() -> None:
@@ -176,7 +177,7 @@ def test_lars_non_lars_group_is_plain_momentum_sgd_without_decay() -> None:
 
 def test_lars_built_from_a_model_excludes_bn_and_bias() -> None:
     net = _net()
-    opt = build_optimizer(net, TrainConfig(optimizer="lars", lr=0.1, momentum=0.9), CPU)
+    opt = build_optimizer(net, torch_train(optimizer="lars", lr=0.1, momentum=0.9), CPU)
     bn_before = net[1].bias.detach().clone()
     conv_before = net[0].weight.detach().clone()
     net[1].bias.grad = torch.ones(4)
@@ -188,7 +189,7 @@ def test_lars_built_from_a_model_excludes_bn_and_bias() -> None:
 
 @pytest.mark.parametrize("name", ["sgd", "lars", "adamw"])
 def test_state_dict_round_trip_continues_identically(name: str) -> None:
-    cfg = TrainConfig(optimizer=name, lr=0.1, warmup_epochs=1.0, scheduler="cosine")
+    cfg = torch_train(optimizer=name, lr=0.1, warmup_epochs=1.0, scheduler="cosine")
 
     def setup(net: nn.Module) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
         opt = build_optimizer(net, cfg, CPU)

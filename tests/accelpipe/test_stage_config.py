@@ -27,6 +27,7 @@ def test_evaluate_slice_carries_only_the_precision_of_training(config: dict) -> 
         "backend": "cpu",
         "evaluate": config["ssd"]["evaluate"],
         "train": {"precision": "auto"},
+        "target": None,  # the published one
     }
 
 
@@ -151,7 +152,7 @@ def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
         ("train", {"workload": "ssd"}, {}, "missing keys 'backend', 'model', 'profile', 'train'"),
         ("train", {"workload": "ssd"}, {"backend": "cpu", "model": {}, "profile": {}},
          "missing key 'train' (the slice's sections: backend, model, profile, train)"),
-        ("evaluate", {"workload": "segmenter"}, {"backend": "cpu", "train": {}},
+        ("evaluate", {"workload": "segmenter"}, {"backend": "cpu", "train": {}, "target": None},
          "missing key 'evaluate'"),
         ("prepare", {"dataset": "brats", "variant": "2d"}, {"prepare": {}}, "missing key 'folds'"),
         ("publish", {"workload": "resnet50"}, {}, "missing keys 'backend', 'datasets'"),
@@ -162,7 +163,7 @@ def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
          "train": {"lrr": 1}}, "unknown config key 'train.lrr'"),
         ("train", {"workload": "ssd"}, {"backend": "tpu", "model": {}, "profile": {},
          "train": {}}, "config key 'backend': 'tpu' is not one of"),
-        ("evaluate", {"workload": "ssd"}, {"backend": "cpu", "train": {},
+        ("evaluate", {"workload": "ssd"}, {"backend": "cpu", "train": {}, "target": None,
          "evaluate": {"batch_size": 0}}, "config key 'evaluate.batch_size': 0 is less than"),
         ("raw", {"dataset": "coco"}, {"source": "ftp://x"}, "config key 'source': 'ftp://x'"),
         ("compare", {}, {"cost": {}, "extra": 1}, "unknown config key 'extra'"),
@@ -177,7 +178,8 @@ def test_a_bad_slice_is_one_error_naming_the_key(stage, names, value, message) -
 
 def test_keys_inside_a_section_default_as_in_the_config() -> None:
     node = slice_schema("evaluate", workload="ssd")
-    filled = validate_slice({"backend": "cpu", "evaluate": {}, "train": {}}, node, "evaluate")
+    value = {"backend": "cpu", "evaluate": {}, "train": {}, "target": None}
+    filled = validate_slice(value, node, "evaluate")
     assert filled["evaluate"] == validate({})["ssd"]["evaluate"]
     assert filled["train"] == {"precision": "auto"}
 

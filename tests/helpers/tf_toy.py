@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from accelpipe.config import TrainConfig
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.keras2 import keras, tf
 from accelpipe.launch.tf_launch import InputShard
+from accelpipe.settings import TFTrain
 
 STEPS_PER_EPOCH = 3
 BATCH = 4
@@ -37,7 +37,7 @@ def toy_dataset(epoch: int, shard: InputShard, delay_s: float = 0.0) -> tf.data.
     return data
 
 
-def make_job(cfg: TrainConfig, device: TFDevice, delay_s: float = 0.0) -> TFTrainJob:
+def make_job(cfg: TFTrain, device: TFDevice, delay_s: float = 0.0) -> TFTrainJob:
     model = keras.Sequential(
         [
             keras.layers.Input((8,)),

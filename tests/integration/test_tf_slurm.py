@@ -31,7 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 TWO_TASKS = """
 import json, os, sys
 from pathlib import Path
-from accelpipe.config import TrainConfig, view
 from accelpipe.launch import tf_launch
 out = Path(sys.argv[1])
 train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2}
@@ -39,16 +38,17 @@ cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
 slurm = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID")
 seen = {name: os.environ.get(name) for name in ("TF_CONFIG", *slurm)}
 if len(sys.argv) > 2:  # a task of the launcher's step: TF_CONFIG set by the wrapper
-    from accelpipe.engines.tf_trainer import run_training
     from tests.helpers import tf_toy
+    from tests.helpers.settings import tf_run
     index, world = tf_launch.cluster()
     (out / f"task{index}.json").write_text(json.dumps({**seen, "cluster": [index, world]}))
-    facts = run_training(cfg, out, tf_toy.make_job)
+    facts = tf_run(cfg, out, tf_toy.make_job)
     (out / f"facts{index}.json").write_text(json.dumps(facts))
 else:  # the launcher, with this script as the workers' command instead of the CLI
+    from tests.helpers.settings import tf_train
     (out / "launcher.json").write_text(json.dumps(seen))
     tf_launch.worker_command = lambda argv: [sys.executable, __file__, str(out), "worker"]
-    tf_launch.launch_training(view(TrainConfig, train), ["train"], 2)
+    tf_launch.launch_training(tf_train(**train), ["train"], 2)
 """
 
 
@@ -88,11 +88,11 @@ def _log_steps(work: Path) -> list[str]:
 def test_two_srun_tasks_agree_on_the_cluster_and_train_like_one_process(
     slurm: None, tmp_path: Path
 ) -> None:
-    from accelpipe.config import TrainConfig
     from accelpipe.devices import tf_device
-    from accelpipe.engines.tf_trainer import MODEL_FILE, run_training
+    from accelpipe.engines.tf_trainer import MODEL_FILE
     from accelpipe.keras2 import keras
     from tests.helpers import tf_toy
+    from tests.helpers.settings import tf_run, tf_train
 
     two = tmp_path / "two"
     two.mkdir()
@@ -122,13 +122,13 @@ def test_two_srun_tasks_agree_on_the_cluster_and_train_like_one_process(
     one = tmp_path / "one"
     train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4}
     try:
-        run_training({"backend": "cpu", "train": train}, one, tf_toy.make_job)
+        tf_run({"backend": "cpu", "train": train}, one, tf_toy.make_job)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     assert _log_steps(two) == _log_steps(one)
     weights = []
     for work in (one, two):
-        model = tf_toy.make_job(TrainConfig(lr=0.05), tf_device.resolve("cpu")).model
+        model = tf_toy.make_job(tf_train(lr=0.05), tf_device.resolve("cpu")).model
         model.load_weights(str(work / MODEL_FILE))
         weights.append(model.get_weights())
     for a, b in zip(*weights, strict=True):

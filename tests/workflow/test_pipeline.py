@@ -41,6 +41,10 @@ def test_fold0_result_folder_is_complete(project: Project) -> None:
     assert set(metrics["dice"]) == {"1", "2", "3"}
     assert all(0.0 <= v <= 1.0 for v in metrics["dice"].values())
     assert metrics["mean_dice"] == pytest.approx(sum(metrics["dice"].values()) / 3, abs=1e-5)
+    # judged by the published nnU-Net 2D target (the tiny config sets none)
+    verdict = metrics["quality_target"]
+    assert (verdict["metric"], verdict["target"]) == ("mean_dice", 0.7321)
+    assert verdict["reached"] is (metrics["mean_dice"] >= 0.7321)
 
     with (result / "per_case_dice.csv").open() as f:
         rows = list(csv.DictReader(f))

@@ -2,19 +2,18 @@
 
 The schema (schemas/config.schema.yaml) is the single source of keys and
 defaults. Snakemake validates the whole config with `validate`; each rule then
-hands its own slice to the CLI as JSON, and stages read it through the frozen
-dataclasses below.
+hands its own slice to the CLI as JSON, checked here against that stage's slice schema,
+and stages read it through the typed views of `accelpipe.settings`.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import yaml
@@ -28,7 +27,8 @@ FIGURES_SCHEMA_PATH = SCHEMA_PATH.parent / "reference_figures.schema.yaml"
 
 @cache
 def schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    loaded: dict[str, Any] = yaml.safe_load(SCHEMA_PATH.read_text())
+    return loaded
 
 
 def _resolve(node: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +36,8 @@ def _resolve(node: dict[str, Any]) -> dict[str, Any]:
     ref = node.get("$ref")
     if ref is None:
         return node
-    return schema()["definitions"][ref.rsplit("/", 1)[-1]]
+    found: dict[str, Any] = schema()["definitions"][ref.rsplit("/", 1)[-1]]
+    return found
 
 
 def _fill_defaults(instance: dict[str, Any], node: dict[str, Any]) -> None:
@@ -93,8 +94,9 @@ def _coerce(instance: Any, node: dict[str, Any]) -> Any:
 def _describe(error: jsonschema.ValidationError) -> str:
     path = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "additionalProperties":
-        allowed = set(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - allowed)
+        node = cast(dict[str, Any], error.schema)
+        allowed = set(node.get("properties", {}))
+        unknown = sorted(set(cast(dict[str, Any], error.instance)) - allowed)
         keys = ", ".join(f"'{'.'.join(filter(None, [path, k]))}'" for k in unknown)
         return f"unknown config key {keys} (allowed here: {', '.join(sorted(allowed))})"
     return f"config key '{path or '<root>'}': {error.message}"
@@ -105,7 +107,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ConfigError(f"config must be a mapping, got {type(config).__name__}")
     root = schema()
-    filled = _coerce(copy.deepcopy(config), root)
+    filled: dict[str, Any] = _coerce(copy.deepcopy(config), root)
     validator = jsonschema.Draft7Validator(root)
     # Check unknown keys before filling defaults so the message names the user's key.
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
@@ -251,12 +253,15 @@ def _undefaulted(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def _block(name: str) -> dict[str, Any]:
-    return _resolve(schema()["properties"][name])["properties"]
+    properties: dict[str, Any] = _resolve(schema()["properties"][name])["properties"]
+    return properties
 
 
 @cache
 def _figure_schema() -> dict[str, Any]:
-    return yaml.safe_load(FIGURES_SCHEMA_PATH.read_text())["properties"]["figures"]
+    properties = yaml.safe_load(FIGURES_SCHEMA_PATH.read_text())["properties"]
+    figures: dict[str, Any] = properties["figures"]
+    return figures
 
 
 def _run_stage_schema(stage: str, workload: str) -> dict[str, Any]:
@@ -275,6 +280,7 @@ def _run_stage_schema(stage: str, workload: str) -> dict[str, Any]:
                 "backend": root["backend"],
                 "evaluate": own["evaluate"],
                 "train": _sections(precision, required=False),
+                "target": own["target"],
             }
         )
     data = registry.workload(workload).dataset
@@ -325,7 +331,8 @@ def slice_schema(
     dataset, variant or workload is a ConfigError naming it."""
     root = schema()["properties"]
     if stage == "raw":  # the dataset's block itself
-        return _block("datasets")[registry.dataset(str(dataset)).name]
+        block: dict[str, Any] = _block("datasets")[registry.dataset(str(dataset)).name]
+        return block
     if stage == "prepare":
         owner = _block(registry.variant_owner(str(dataset), str(variant)).name)
         no_options = {"type": "object", "additionalProperties": False}
@@ -347,7 +354,8 @@ def _describe_slice(error: jsonschema.ValidationError, node: dict[str, Any]) -> 
     path = ".".join(str(p) for p in error.absolute_path)
     if error.validator != "required":
         return _describe(error)
-    missing = [k for k in error.validator_value if k not in error.instance]
+    required = cast(list[str], error.validator_value)
+    missing = [k for k in required if k not in cast(dict[str, Any], error.instance)]
     keys = ", ".join(f"'{'.'.join(filter(None, [path, k]))}'" for k in missing)
     text = f"missing key{'s' if len(missing) > 1 else ''} {keys}"
     sections = node.get("required", [])
@@ -370,62 +378,3 @@ def validate_slice(value: dict[str, Any], node: dict[str, Any], stage: str) -> d
     if error is not None:
         raise ConfigError(f"--config-json of the {stage} stage: {_describe_slice(error, node)}")
     return filled
-
-
-def view(cls: type, data: dict[str, Any]) -> Any:
-    """Build dataclass `cls` from a validated slice, ignoring keys it does not declare."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(
-        **{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class ProfileSchedule:
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
-    repeat: int = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class ProfileConfig:
-    enabled: bool = True
-    schedule: ProfileSchedule = ProfileSchedule()
-
-    @classmethod
-    def from_slice(cls, data: dict[str, Any]) -> ProfileConfig:
-        return cls(
-            enabled=data.get("enabled", True),
-            schedule=view(ProfileSchedule, data.get("schedule", {})),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Training hyperparameters of every workload (each reads the keys its schema has)."""
-
-    epochs: int = 100
-    steps_per_epoch: int | None = None
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    scheduler: str = "constant"  # constant | cosine | poly, after the warmup
-    warmup_epochs: float = 0.0  # linear warmup from lr / (warmup steps) to lr
-    poly_power: float = 2.0
-    min_lr: float = 0.0  # poly decay's end point (Segmenter)
-    optimizer: str = "adamw"  # adamw | sgd | lars
-    momentum: float = 0.9  # sgd and lars
-    nesterov: bool = False
-    scale_range: tuple[float, float] = (0.5, 2.0)  # random rescale (Segmenter)
-    label_smoothing: float = 0.0
-    compile: bool = False  # graph mode: torch.compile (Gaudi: its hpu_backend)
-    precision: str = "auto"
-    channels_last: bool = False
-    seed: int = 1
-    oversampling: float = 0.33
-    augment: bool = True
-    loader_workers: int = 2
-    log_every: int = 1
-    devices: int = 1  # processes per node
-    nodes: int = 1

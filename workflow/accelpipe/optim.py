@@ -22,9 +22,9 @@ from typing import Any, overload
 import torch
 from torch import nn
 
-from accelpipe.config import TrainConfig
 from accelpipe.devices.torch_device import Device
 from accelpipe.errors import ConfigError
+from accelpipe.settings import TorchTrain
 
 OPTIMIZERS = ("adamw", "sgd", "lars")
 SCHEDULERS = ("constant", "cosine", "poly")
@@ -122,7 +122,7 @@ def _habana(name: str) -> Any:
     return None
 
 
-def _sgd(model: nn.Module, cfg: TrainConfig, device: Device) -> torch.optim.Optimizer:
+def _sgd(model: nn.Module, cfg: TorchTrain, device: Device) -> torch.optim.Optimizer:
     decay, no_decay = split_decay(model)
     groups = [
         {"params": decay, "weight_decay": cfg.weight_decay},
@@ -133,7 +133,7 @@ def _sgd(model: nn.Module, cfg: TrainConfig, device: Device) -> torch.optim.Opti
     return cls(groups, lr=cfg.lr, momentum=cfg.momentum)
 
 
-def _lars(model: nn.Module, cfg: TrainConfig, device: Device) -> torch.optim.Optimizer:
+def _lars(model: nn.Module, cfg: TorchTrain, device: Device) -> torch.optim.Optimizer:
     decay, no_decay = split_decay(model)
     if device.backend == "gaudi":
         fused_lars, momentum = _habana("FusedLars"), _habana("FusedResourceApplyMomentum")
@@ -149,7 +149,7 @@ def _lars(model: nn.Module, cfg: TrainConfig, device: Device) -> torch.optim.Opt
     return LARS(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig, device: Device) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, cfg: TorchTrain, device: Device) -> torch.optim.Optimizer:
     """The optimizer named by ``cfg.optimizer`` over ``model``'s trainable parameters."""
     if cfg.optimizer == "adamw":
         params = [p for p in model.parameters() if p.requires_grad]
@@ -192,7 +192,7 @@ class WarmupDecay:
 
 
 def make_scheduler(
-    optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int, steps_per_epoch: int
+    optimizer: torch.optim.Optimizer, cfg: TorchTrain, total_steps: int, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """Per-step schedule (call ``step()`` after every optimizer step) for ``total_steps``."""
     if cfg.scheduler not in SCHEDULERS:

@@ -18,8 +18,8 @@ FRAMEWORKS = ("pytorch", "tensorflow")
 @dataclass(frozen=True)
 class Dataset:
     name: str
-    # The image its raw and prepare stages run in: the framework whose packages they
-    # import (TFRecord writing needs TensorFlow; NIfTI, DICOM and JPEG indexing need neither).
+    # The image its raw and prepare stages run in: the framework of the workloads that read it
+    # (preparation itself imports no framework: datasets/ writes TFRecords on its own).
     framework: str
 
 

@@ -17,7 +17,8 @@ from accelpipe.config import NOT_RUN_SETTINGS, TRAIN_SECTIONS, run_model, run_tr
 
 def raw(config: dict[str, Any], dataset: str) -> dict[str, Any]:
     targets.check_dataset(dataset)
-    return config["datasets"][dataset]
+    block: dict[str, Any] = config["datasets"][dataset]
+    return block
 
 
 def prepare(config: dict[str, Any], dataset: str, variant: str) -> dict[str, Any]:
@@ -50,7 +51,12 @@ def evaluate(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     precision = {
         k: block["train"][k] for k in ("precision", "channels_last") if k in block["train"]
     }
-    return {"backend": config["backend"], "evaluate": block["evaluate"], "train": precision}
+    return {
+        "backend": config["backend"],
+        "evaluate": block["evaluate"],
+        "train": precision,
+        "target": block["target"],  # metrics.json says whether the run reached it
+    }
 
 
 def publish(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:

@@ -53,7 +53,7 @@ tf_trainer.limit_threads(2)  # as the train stage: the thread pools fixed before
 block = TINY_CONFIG[workload]
 config = validate(TINY_CONFIG | {workload: block | {"train": block["train"] | {"epochs": epochs}}})
 cfg = stage_config.train(config, workload, "fp32")
-cfg["profile"] = {"enabled": False}
+cfg["profile"] = cfg["profile"] | {"enabled": False}
 module = importlib.import_module(f"accelpipe.workloads.{workload}")
 work = out / "train"
 facts = module.train(prepared, "fp32", cfg, work)
@@ -211,7 +211,8 @@ def test_a_truncated_shard_stops_train_and_evaluate_with_one_line_naming_it(
     for shard in (train_shard, val_shard):
         shard.write_bytes(shard.read_bytes()[:100])  # inside its first record
     config = validate(TINY_CONFIG)
-    cfg = stage_config.train(config, "ssd", "fp32") | {"profile": {"enabled": False}}
+    cfg = stage_config.train(config, "ssd", "fp32")
+    cfg["profile"] = cfg["profile"] | {"enabled": False}
     try:
         with pytest.raises(DataError) as err:
             ssd.train(damaged, "fp32", cfg, tmp_path / "work")

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.config import ProfileConfig, TrainConfig
 from accelpipe.devices import power, tf_device
 from accelpipe.engines import ENGINES
 from accelpipe.engines.tf_trainer import (
@@ -26,15 +25,16 @@ from accelpipe.engines.tf_trainer import (
     PROFILER_TABLE,
     TFTrainer,
     TFTrainJob,
-    run_training,
 )
 from accelpipe.engines.train_log import LOG_FIELDS, SCALARS, SECTIONS
 from accelpipe.errors import ConfigError
 from accelpipe.keras2 import keras, tf
 from accelpipe.launch.tf_launch import InputShard
+from accelpipe.settings import PROFILE_OFF, TFTrain
 from tests.helpers import tf_toy
 from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
+from tests.helpers.settings import tf_run, tf_train
 from tests.helpers.tensorboard import log_scalars, read_scalars
 
 pytestmark = pytest.mark.tensorflow
@@ -64,13 +64,13 @@ def _log(work: Path) -> list[dict[str, str]]:
 
 
 def _weights(work: Path) -> list[np.ndarray]:
-    model = tf_toy.make_job(TrainConfig(lr=0.05), tf_device.resolve("cpu")).model
+    model = tf_toy.make_job(tf_train(lr=0.05), tf_device.resolve("cpu")).model
     model.load_weights(str(work / MODEL_FILE))
     return model.get_weights()
 
 
 def test_a_run_logs_every_step_with_the_torch_columns_and_saves_weights(tmp_path: Path) -> None:
-    facts = run_training(_cfg(epochs=2), tmp_path, tf_toy.make_job)
+    facts = tf_run(_cfg(epochs=2), tmp_path, tf_toy.make_job)
     rows = _log(tmp_path)
     assert tuple(rows[0]) == LOG_FIELDS
     assert [int(r["step"]) for r in rows] == list(range(1, 7))
@@ -101,7 +101,7 @@ def test_each_logged_step_gets_the_energy_since_the_previous_one(
         return learning_rate(self)
 
     monkeypatch.setattr(TFTrainer, "_learning_rate", spending)
-    facts = run_training(_cfg(epochs=2), tmp_path / "work", tf_toy.make_job)
+    facts = tf_run(_cfg(epochs=2), tmp_path / "work", tf_toy.make_job)
     assert [float(r["energy_j"]) for r in _log(tmp_path / "work")] == [0.5] * 6
     assert facts["power"]["joules"] == pytest.approx(3.0)
     assert facts["power"]["source"] == "rapl package energy counter"
@@ -110,9 +110,9 @@ def test_each_logged_step_gets_the_energy_since_the_previous_one(
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_training(_cfg(epochs=2), straight, tf_toy.make_job)
-    run_training(_cfg(epochs=1), resumed, tf_toy.make_job)
-    facts = run_training(_cfg(epochs=2), resumed, tf_toy.make_job)
+    tf_run(_cfg(epochs=2), straight, tf_toy.make_job)
+    tf_run(_cfg(epochs=1), resumed, tf_toy.make_job)
+    facts = tf_run(_cfg(epochs=2), resumed, tf_toy.make_job)
     assert facts["resumed_from_step"] == 3
     assert [r["step"] for r in _log(resumed)] == [r["step"] for r in _log(straight)]
     rows = _log(resumed)
@@ -122,11 +122,11 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> N
 
 
 def test_a_run_killed_before_its_first_checkpoint_restarts_its_log(tmp_path: Path) -> None:
-    run_training(_cfg(epochs=1), tmp_path, tf_toy.make_job)
+    tf_run(_cfg(epochs=1), tmp_path, tf_toy.make_job)
     # killed in epoch 0: its rows are logged, the checkpoint and the weights are not
     shutil.rmtree(tmp_path / ENGINES["tensorflow"].checkpoints[0])
     (tmp_path / MODEL_FILE).unlink()
-    facts = run_training(_cfg(epochs=1), tmp_path, tf_toy.make_job)
+    facts = tf_run(_cfg(epochs=1), tmp_path, tf_toy.make_job)
     assert facts["resumed_from_step"] is None
     assert [int(r["step"]) for r in _log(tmp_path)] == [1, 2, 3]  # none logged twice
     assert [r["attempt"] for r in _log(tmp_path)] == ["0"] * 3
@@ -137,20 +137,20 @@ def test_deterministic_holds_op_determinism_for_the_run_only(tmp_path: Path) -> 
     trains, and the process left as it was (a slice without the key asks for nothing)."""
     seen = []
 
-    def make_job(cfg: TrainConfig, device: tf_device.TFDevice) -> TFTrainJob:
+    def make_job(cfg: TFTrain, device: tf_device.TFDevice) -> TFTrainJob:
         def dataset(epoch: int, shard: InputShard) -> tf.data.Dataset:
             seen.append(tf_device.determinism_enabled())
             return tf_toy.toy_dataset(epoch, shard)
 
         return dataclasses.replace(tf_toy.make_job(cfg, device), dataset=dataset)
 
-    run_training(_cfg(epochs=1, deterministic=True), tmp_path / "on", make_job)
+    tf_run(_cfg(epochs=1, deterministic=True), tmp_path / "on", make_job)
     assert not tf_device.determinism_enabled()
-    run_training(_cfg(epochs=1, deterministic=False), tmp_path / "off", make_job)
-    run_training(_cfg(epochs=1), tmp_path / "unset", make_job)
+    tf_run(_cfg(epochs=1, deterministic=False), tmp_path / "off", make_job)
+    tf_run(_cfg(epochs=1), tmp_path / "unset", make_job)
     assert seen == [True, False, False]
     with tf_device.determinism(True):
-        run_training(_cfg(epochs=1, deterministic=False), tmp_path / "nested", make_job)
+        tf_run(_cfg(epochs=1, deterministic=False), tmp_path / "nested", make_job)
         assert tf_device.determinism_enabled()
     assert seen[-1] is False and not tf_device.determinism_enabled()
 
@@ -162,10 +162,8 @@ def test_the_epoch_data_is_in_order_only_when_deterministic(
     """tf.data's `deterministic` option reaches every map and interleave of the pipeline that
     does not set its own; off, they may hand out elements as they finish."""
     device = tf_device.resolve("cpu")
-    job = tf_toy.make_job(TrainConfig(lr=0.05), device)
-    trainer = TFTrainer(
-        job, device, TrainConfig(), ProfileConfig(False), tmp_path, deterministic=deterministic
-    )
+    job = tf_toy.make_job(tf_train(lr=0.05), device)
+    trainer = TFTrainer(job, device, tf_train(deterministic=deterministic), PROFILE_OFF, tmp_path)
     assert trainer._dataset(0).options().deterministic is deterministic
 
 
@@ -175,7 +173,7 @@ def test_an_op_without_a_deterministic_kernel_is_one_line_naming_the_keys(
     """XLA has no deterministic MaxPool gradient (SSD's stem with train.compile): under
     train.deterministic TensorFlow raises UnimplementedError, reported as a ConfigError."""
 
-    def make_job(cfg: TrainConfig, device: tf_device.TFDevice) -> TFTrainJob:
+    def make_job(cfg: TFTrain, device: tf_device.TFDevice) -> TFTrainJob:
         pooled = keras.Sequential(
             [
                 keras.layers.Input((8,)),
@@ -191,27 +189,27 @@ def test_an_op_without_a_deterministic_kernel_is_one_line_naming_the_keys(
         return dataclasses.replace(job, model=pooled, optimizer=optimizer, regularization=None)
 
     with pytest.raises(ConfigError) as err:
-        run_training(_cfg(epochs=1, compile=True, deterministic=True), tmp_path, make_job)
+        tf_run(_cfg(epochs=1, compile=True, deterministic=True), tmp_path, make_job)
     assert str(err.value) == (
         "train.deterministic: GPU MaxPool gradient ops do not yet have a deterministic XLA "
         "implementation. (TensorFlow has no deterministic kernel for an op of this model "
         "here); set train.deterministic: false, or train.compile: false"
     )
-    facts = run_training(_cfg(epochs=1, compile=True), tmp_path / "off", make_job)
+    facts = tf_run(_cfg(epochs=1, compile=True), tmp_path / "off", make_job)
     assert facts["steps"] == 3
 
 
 KILLED_RUN = """
 import sys
 from pathlib import Path
-from accelpipe.engines.tf_trainer import run_training
+from tests.helpers.settings import tf_run
 from tests.helpers import tf_toy
 from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 
 train = {"epochs": 4, "lr": 0.05, "seed": 3, "batch_size": 4}
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
 delay = float(sys.argv[2])
-run_training(cfg, Path(sys.argv[1]), lambda c, d: tf_toy.make_job(c, d, delay_s=delay))
+tf_run(cfg, Path(sys.argv[1]), lambda c, d: tf_toy.make_job(c, d, delay_s=delay))
 """
 
 
@@ -245,14 +243,14 @@ def test_the_steps_of_the_profilers_warmup_and_active_phases_are_marked_profiled
     the active ones)."""
     cfg = _cfg(epochs=2, profile=True)
     cfg["profile"]["schedule"] = TINY_SCHEDULE
-    run_training(cfg, tmp_path, tf_toy.make_job)
+    tf_run(cfg, tmp_path, tf_toy.make_job)
     rows = _log(tmp_path)
     assert [int(r["step"]) for r in rows if r["profiled"] == "1"] == PROFILED_STEPS
     assert {r["profiled"] for r in rows} == {"0", "1"}
 
 
 def test_profiled_steps_leave_a_chrome_trace_with_the_reference_sections(tmp_path: Path) -> None:
-    run_training(_cfg(epochs=1, profile=True), tmp_path, tf_toy.make_job)
+    tf_run(_cfg(epochs=1, profile=True), tmp_path, tf_toy.make_job)
     traces = sorted((tmp_path / "traces").glob("trace_step*.json.gz"))
     assert [t.name for t in traces] == ["trace_step000003.json.gz"]  # steps 2 and 3 active
     with gzip.open(traces[0], "rt") as f:
@@ -275,7 +273,7 @@ def test_profiled_steps_leave_a_chrome_trace_with_the_reference_sections(tmp_pat
 def test_each_profiler_cycle_leaves_xprofs_op_table_beside_its_trace(tmp_path: Path) -> None:
     cfg = _cfg(epochs=2, profile=True)
     cfg["profile"]["schedule"]["repeat"] = 2  # active steps 2-3 and 5-6
-    run_training(cfg, tmp_path, tf_toy.make_job)
+    tf_run(cfg, tmp_path, tf_toy.make_job)
     stems = ["trace_step000003", "trace_step000006"]
     assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == sorted(
         [f"{s}.json.gz" for s in stems] + [f"{s}{PROFILER_TABLE}" for s in stems]
@@ -295,7 +293,7 @@ def test_each_profiler_cycle_leaves_xprofs_op_table_beside_its_trace(tmp_path: P
 def test_fp16_runs_with_loss_scaling_and_bf16_keeps_fp32_weights(tmp_path: Path) -> None:
     for precision in ("fp16", "bf16"):
         work = tmp_path / precision
-        facts = run_training(_cfg(epochs=1, precision=precision), work, tf_toy.make_job)
+        facts = tf_run(_cfg(epochs=1, precision=precision), work, tf_toy.make_job)
         assert facts["precision"] == precision
         assert all(np.isfinite(float(r["loss"])) for r in _log(work))
 
@@ -303,7 +301,6 @@ def test_fp16_runs_with_loss_scaling_and_bf16_keeps_fp32_weights(tmp_path: Path)
 TWO_WORKERS = """
 import json, os, sys
 from pathlib import Path
-from accelpipe.config import TrainConfig, view
 from accelpipe.launch import tf_launch
 from tests.helpers import tf_toy
 from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
@@ -311,7 +308,7 @@ out, mode = Path(sys.argv[1]), (sys.argv[2:] or ["plain"])[0]
 train = {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2, "deterministic": True}
 cfg = {"backend": "cpu", "train": train, "profile": {"enabled": False}}
 if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launcher): train
-    from accelpipe.engines.tf_trainer import run_training
+    from tests.helpers.settings import tf_run
     index = tf_launch.cluster()[0]
     if mode == "slow" and index == 1:  # worker 1 lingers after each checkpoint
         import time
@@ -332,12 +329,13 @@ if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launche
                 raise DataError("worker 1: a bad record")
             return next_batch(batches, epoch, i)
         tf_trainer._next_batch = failing
-    facts = run_training(cfg, out, tf_toy.make_job)
+    facts = tf_run(cfg, out, tf_toy.make_job)
     (out / f"facts{index}.json").write_text(json.dumps(facts))
     (out / f"returned{index}").write_text(repr(__import__("time").time()))
 else:  # the launcher, with this script as the workers' command instead of the CLI
+    from tests.helpers.settings import tf_train
     tf_launch.worker_command = lambda argv: [sys.executable, __file__, str(out), mode]
-    tf_launch.launch_training(view(TrainConfig, train), [], 2)
+    tf_launch.launch_training(tf_train(**train), [], 2)
 """
 
 
@@ -345,7 +343,7 @@ def test_two_workers_train_like_one_process_on_the_same_global_batches(tmp_path:
     """MultiWorkerMirroredStrategy over 2 local processes: each reads its own half of every
     global batch; gradients averaged, so the weights end where one process's do."""
     one, two = tmp_path / "one", tmp_path / "two"
-    run_training(_cfg(epochs=2), one, tf_toy.make_job)
+    tf_run(_cfg(epochs=2), one, tf_toy.make_job)
     two.mkdir()
     script = tmp_path / "two_workers.py"
     script.write_text(TWO_WORKERS)

@@ -19,7 +19,6 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from accelpipe import engines, performance
-from accelpipe.config import ProfileConfig, ProfileSchedule, TrainConfig
 from accelpipe.devices import power
 from accelpipe.devices.torch_device import Device, resolve
 from accelpipe.engines import MEMORY_SNAPSHOT
@@ -30,14 +29,15 @@ from accelpipe.engines.torch_trainer import (
     SECTIONS,
     Trainer,
     TrainJob,
-    run_training,
     seed_everything,
 )
 from accelpipe.engines.train_log import SCALARS
 from accelpipe.launch.torch_launch import DistContext, init_from_env
+from accelpipe.settings import ProfileSchedule, ProfileSettings, TorchTrain
 from tests.helpers.fake_power import fake_pynvml, rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.performance_checks import measured_rows
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
+from tests.helpers.settings import torch_run, torch_train
 from tests.helpers.tensorboard import log_scalars, read_scalars
 
 pytestmark = pytest.mark.torch
@@ -63,9 +63,9 @@ def _trainer(
 ) -> Trainer:
     seed_everything(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-    cfg = TrainConfig(epochs=epochs, lr=0.01, scheduler="cosine")
+    cfg = torch_train(epochs=epochs, lr=0.01, scheduler="cosine")
     job = TrainJob(model, torch.nn.functional.cross_entropy, _batches, STEPS)
-    return Trainer(job, resolve("cpu"), cfg, ProfileConfig(enabled=profile, schedule=sched), work)
+    return Trainer(job, resolve("cpu"), cfg, ProfileSettings(profile, sched), work)
 
 
 class _Killed(Exception):
@@ -250,7 +250,7 @@ def _metered_job(bump: Callable[[int], None]) -> Callable[..., TrainJob]:
     """`_trainer`'s problem, whose loader calls `bump(step)` as it hands out each batch: the
     stand-in device spends its energy there and nowhere else."""
 
-    def make_job(cfg: TrainConfig, device: Device, ctx: DistContext) -> TrainJob:
+    def make_job(cfg: TorchTrain, device: Device, ctx: DistContext) -> TrainJob:
         model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
         step = iter(range(1, 1000))
 
@@ -283,7 +283,7 @@ def test_each_logged_step_gets_the_energy_since_the_previous_one(
     write_rapl_zone(root, ZONE, "package-0", 5_000_000)
     monkeypatch.setenv(power.RAPL_ROOT_ENV, str(root))
     work = tmp_path / "work"
-    facts = run_training(_energy_cfg(), work, _metered_job(_rapl_bump(root)))
+    facts = torch_run(_energy_cfg(), work, _metered_job(_rapl_bump(root)))
     rows = _rows(work)
     energies = [float(r["energy_j"]) for r in rows]
     assert energies == [step / 4 for step in range(1, 2 * STEPS + 1)]
@@ -314,7 +314,7 @@ def test_without_a_power_source_every_energy_figure_is_null_with_the_reason(
 ) -> None:
     monkeypatch.setenv(power.RAPL_ROOT_ENV, str(tmp_path / "no-powercap"))
     work = tmp_path / "work"
-    facts = run_training(_energy_cfg(epochs=1), work, _metered_job(lambda step: None))
+    facts = torch_run(_energy_cfg(epochs=1), work, _metered_job(lambda step: None))
     assert {r["energy_j"] for r in _rows(work)} == {""}
     reason = facts["power"]["reason"]
     assert reason.startswith(f"no power source: no RAPL package domain under {tmp_path}")
@@ -353,7 +353,7 @@ def test_an_nvml_meter_gives_the_rows_energy_and_is_closed_when_training_fails(
 
     opened = _nvml_meter(monkeypatch, counter)
     fail = False
-    facts = run_training(_energy_cfg(), tmp_path / "ok", _metered_job(bump))
+    facts = torch_run(_energy_cfg(), tmp_path / "ok", _metered_job(bump))
     energies = [float(r["energy_j"]) for r in _rows(tmp_path / "ok")]
     assert energies == [1.5 * step for step in range(1, 2 * STEPS + 1)]
     assert facts["power"]["joules"] == pytest.approx(sum(energies))
@@ -362,7 +362,7 @@ def test_an_nvml_meter_gives_the_rows_energy_and_is_closed_when_training_fails(
 
     fail = True
     with pytest.raises(_Killed):
-        run_training(_energy_cfg(), tmp_path / "failed", _metered_job(bump))
+        torch_run(_energy_cfg(), tmp_path / "failed", _metered_job(bump))
     assert sys.modules["pynvml"].calls["shutdown"] == 2 and not opened[1].sampling
 
 
@@ -405,10 +405,10 @@ def _dp_trainer(
         losses.append(loss.item())
         return loss
 
-    cfg = TrainConfig(epochs=epochs, lr=0.01, scheduler="cosine")
+    cfg = torch_train(epochs=epochs, lr=0.01, scheduler="cosine")
     job = TrainJob(model, loss_fn, _shard(dist.rank, dist.world_size), STEPS)
     sched = ProfileSchedule(wait=1, warmup=1, active=2, repeat=1)
-    prof = ProfileConfig(enabled=profile, schedule=sched)
+    prof = ProfileSettings(profile, sched)
     return Trainer(job, resolve("cpu"), cfg, prof, work, dist=dist)
 
 

@@ -11,16 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.config import TrainConfig
 from accelpipe.datasets import tfrecord
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.engines.tf_trainer import TFTrainJob, run_training
+from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import DataError
 from accelpipe.inputs.shards import worker_records
 from accelpipe.inputs.tf_data_checks import check, checked, data_errors
 from accelpipe.keras2 import tf
 from accelpipe.launch.tf_launch import InputShard
+from accelpipe.settings import TFTrain
 from tests.helpers import tf_toy
+from tests.helpers.settings import tf_run
 
 pytestmark = pytest.mark.tensorflow
 
@@ -54,7 +55,7 @@ def test_other_tensorflow_errors_pass_through_unchanged() -> None:
 def test_a_failed_check_in_the_training_data_stops_training_with_one_line(
     tmp_path: Path,
 ) -> None:
-    def make_job(cfg: TrainConfig, device: TFDevice) -> TFTrainJob:
+    def make_job(cfg: TFTrain, device: TFDevice) -> TFTrainJob:
         job = tf_toy.make_job(cfg, device)
 
         def dataset(epoch: int, shard: InputShard) -> tf.data.Dataset:
@@ -69,7 +70,7 @@ def test_a_failed_check_in_the_training_data_stops_training_with_one_line(
         "profile": {"enabled": False},
     }
     with pytest.raises(DataError) as err:
-        run_training(cfg, tmp_path, make_job)
+        tf_run(cfg, tmp_path, make_job)
     assert str(err.value) == "value 2 is above 1 [sic]"
 
 
@@ -90,7 +91,7 @@ def _shards(folder: Path) -> list[Path]:
 
 
 def _train_on(shards: list[Path], work: Path) -> None:
-    def make_job(cfg: TrainConfig, device: TFDevice) -> TFTrainJob:
+    def make_job(cfg: TFTrain, device: TFDevice) -> TFTrainJob:
         def dataset(epoch: int, shard: InputShard) -> tf.data.Dataset:
             records = worker_records(shards, shard.num_workers, shard.index, epoch)
             values = records.map(lambda r: tf.io.decode_raw(r, tf.float32))
@@ -104,7 +105,7 @@ def _train_on(shards: list[Path], work: Path) -> None:
         "train": {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": tf_toy.BATCH},
         "profile": {"enabled": False},
     }
-    run_training(cfg, work, make_job)
+    tf_run(cfg, work, make_job)
 
 
 def test_whole_shards_train(tmp_path: Path) -> None:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.config import TrainConfig, view
 from accelpipe.errors import AccelpipeError, ConfigError
 from accelpipe.launch import tf_launch
 from accelpipe.launch.tf_launch import PORTS_ENV, cluster, slurm_command, slurm_worker_env
+from accelpipe.settings import TFTrain
+from tests.helpers.settings import tf_train
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER = ["python", "-m", "accelpipe", "train", "--workload", "ssd"]
@@ -109,8 +110,8 @@ def test_more_nodes_than_the_allocation_is_a_config_error_naming_the_key(
         slurm_command(1, 3, WORKER, "ssd.train.nodes")
 
 
-def _cfg(devices: int, nodes: int) -> TrainConfig:
-    return view(TrainConfig, {"devices": devices, "nodes": nodes, "batch_size": 4})
+def _cfg(devices: int, nodes: int) -> TFTrain:
+    return tf_train(devices=devices, nodes=nodes, batch_size=4)
 
 
 def test_under_slurm_the_launch_runs_the_step_with_the_ports_and_thread_share(

@@ -47,7 +47,7 @@ def test_resume_dir_changes_with_the_workloads_split_files_only(tmp_path: Path) 
 
     def resume_dir(workload: str) -> Path:
         args = argparse.Namespace(
-            config_json="{}", workload=workload, run="r", prepared=str(tmp_path)
+            config_json='{"train": {}}', workload=workload, run="r", prepared=str(tmp_path)
         )
         return train.resume_dir(tmp_path / "train", args)
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from accelpipe.cli import main
-from accelpipe.engines.tf_trainer import run_training
 from accelpipe.keras2 import keras
 from accelpipe.traces import render_markdown, summarize_traces, write_summary
 from accelpipe.xspace import xspace_to_trace_json
 from tests.helpers import tf_toy
 from tests.helpers.chrome_traces import plain_breakdown, union_us
+from tests.helpers.settings import tf_run
 
 pytestmark = pytest.mark.tensorflow
 
@@ -37,7 +37,7 @@ def _run(work: Path, compile_: bool) -> Path:
         "profile": {"enabled": True, "schedule": schedule},
     }
     try:
-        run_training(cfg, work, tf_toy.make_job)
+        tf_run(cfg, work, tf_toy.make_job)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     return work / "traces"

@@ -36,7 +36,7 @@ def _is_run(path: Path) -> bool:
     name, _, fold = run.rpartition("/")
     return (
         workload in registry.WORKLOADS
-        and (not name or (_RUN_NAME.fullmatch(name) is not None and _FOLD.fullmatch(fold)))
+        and (not name or (_RUN_NAME.fullmatch(name) and _FOLD.fullmatch(fold)) is not None)
         and _RUN_NAME.fullmatch(fold) is not None
         and fold not in AGGREGATES
         and path.is_dir()

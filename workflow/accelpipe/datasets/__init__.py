@@ -9,10 +9,30 @@ a model: what feeds prepared data to training is `accelpipe.inputs`.
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from accelpipe import registry
 
+if TYPE_CHECKING:
+    from accelpipe.datasets.sources import RawSources
 
-def get(name: str) -> ModuleType:
-    return importlib.import_module(f"accelpipe.datasets.{registry.dataset(name).name}")
+
+@runtime_checkable
+class Dataset(Protocol):
+    """What the raw and prepare stages use of a dataset's module."""
+
+    SOURCES: RawSources
+
+    def prepare_variant(
+        self, variant: str, raw: Path, out: Path, cfg: dict[str, Any], workers: int
+    ) -> Path:
+        """Prepare `raw` as `variant` into `out` (atomic) with the owning workload's `prepare`
+        slice; the prepared folder."""
+        ...
+
+
+def get(name: str) -> Dataset:
+    """The module of a registered dataset (tests/accelpipe/datasets checks each is one)."""
+    module = importlib.import_module(f"accelpipe.datasets.{registry.dataset(name).name}")
+    return cast(Dataset, module)

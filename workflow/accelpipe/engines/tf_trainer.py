@@ -43,9 +43,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import tf_device, tf_gemm
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.tf_device import TFDevice
@@ -64,6 +63,7 @@ from accelpipe.keras2 import keras, tf
 from accelpipe.launch import tf_launch
 from accelpipe.launch.tf_launch import InputShard
 from accelpipe.launch.torch_launch import check_global_batch
+from accelpipe.settings import PROFILE_OFF, ProfileSettings, TFTrain, view
 from accelpipe.xspace import xspace_to_op_table, xspace_to_trace_json
 
 MODEL_FILE = ENGINES["tensorflow"].weights
@@ -92,7 +92,8 @@ class TFTrainJob:
 
 
 # workload hook: (train settings, device) -> the job to run
-JobFactory = Callable[[TrainConfig, TFDevice], TFTrainJob]
+Train = TypeVar("Train", bound=TFTrain)
+JobFactory = Callable[[Train, TFDevice], TFTrainJob]
 
 # The engine contract's process hooks (accelpipe.engines): threads of TF's op pools.
 limit_threads = tf_device.limit_threads
@@ -107,7 +108,7 @@ def in_worker() -> bool:
 
 
 def run_training(
-    cfg: dict[str, Any], work_dir: Path, make_job: JobFactory
+    cfg: dict[str, Any], train_cfg: Train, work_dir: Path, make_job: JobFactory[Train]
 ) -> dict[str, Any] | None:
     """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
 
@@ -116,17 +117,13 @@ def run_training(
     of the devices it sees from here to the end of training (engines.power_meter): per
     logged step in train_log.csv, in all in the facts' `power`.
     """
-    # The validated slice has the key (its default is the schema's); a slice made by hand
-    # without it asks for nothing.
-    deterministic = bool(cfg["train"].get("deterministic", False))
-    with tf_device.determinism(deterministic):
-        return _run_training(cfg, work_dir, make_job, deterministic)
+    with tf_device.determinism(train_cfg.deterministic):
+        return _run_training(cfg, train_cfg, work_dir, make_job)
 
 
 def _run_training(
-    cfg: dict[str, Any], work_dir: Path, make_job: JobFactory, deterministic: bool
+    cfg: dict[str, Any], train_cfg: Train, work_dir: Path, make_job: JobFactory[Train]
 ) -> dict[str, Any] | None:
-    train_cfg = view(TrainConfig, cfg["train"])
     index, world = tf_launch.cluster()
     with power_meter(cfg["backend"], writes_log=index == 0) as meter:
         check_global_batch(train_cfg.batch_size, world)
@@ -135,14 +132,12 @@ def _run_training(
         device = tf_device.resolve(cfg["backend"], train_cfg.precision)
         device.apply_policy()  # before the model is built: layers take the global policy
         keras.utils.set_random_seed(train_cfg.seed)  # the same on every worker: the same init
-        profile = ProfileConfig.from_slice(cfg.get("profile", {}))
+        profile = view(ProfileSettings, cfg["profile"], where="profile")
         shard = InputShard(world, index, train_cfg.batch_size // world)
         place = strategy.scope() if strategy else tf.device(device.device)
         with place:
             job = make_job(train_cfg, device)
-            trainer = TFTrainer(
-                job, device, train_cfg, profile, work_dir, shard, strategy, deterministic, meter
-            )
+            trainer = TFTrainer(job, device, train_cfg, profile, work_dir, shard, strategy, meter)
         resumed_from = trainer.step if trainer.resume() else None
         # the ceiling the run's FLOP rate is set against: this device and precision
         with tf.device(device.device):
@@ -189,8 +184,7 @@ def load_for_eval(
     model_dir: Path, cfg: dict[str, Any], build: Callable[[], keras.Model]
 ) -> tuple[keras.Model, TFDevice]:
     """The trained model from `model_dir`, built under the evaluate slice's precision."""
-    train = cfg.get("train", {})
-    device = tf_device.resolve(cfg["backend"], train.get("precision", "auto"))
+    device = tf_device.resolve(cfg["backend"], cfg["train"]["precision"])
     device.apply_policy()
     with tf.device(device.device):
         model = build()
@@ -205,17 +199,16 @@ class TFTrainer:
         self,
         job: TFTrainJob,
         device: TFDevice,
-        cfg: TrainConfig,
-        profile: ProfileConfig,
+        cfg: TFTrain,
+        profile: ProfileSettings,
         work_dir: Path,
         shard: InputShard | None = None,
         strategy: tf.distribute.Strategy | None = None,
-        deterministic: bool = False,
         power: PowerMeter | NoPower | None = None,
     ) -> None:
         self.job, self.device, self.cfg, self.work_dir = job, device, cfg, work_dir
         self.power = power  # its running joules: each log row's energy_j (none: empty)
-        self.deterministic = deterministic
+        self.deterministic = cfg.deterministic
         self.shard = shard or InputShard(1, 0, job.batch_size)
         self.strategy = strategy
         self.chief = self.shard.index == 0
@@ -237,7 +230,7 @@ class TFTrainer:
         self._scratch = None if self.chief else work_dir / folder
         self.manager = tf.train.CheckpointManager(checkpoint, str(work_dir / folder), max_to_keep=1)
         self._restore_from = work_dir / CHECKPOINT_DIR
-        self.profiler = _Profiler(profile if self.chief else ProfileConfig(False), work_dir)
+        self.profiler = _Profiler(profile if self.chief else PROFILE_OFF, work_dir)
         # FLOPs of the train step, counted on the first batch (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "multi-worker: the step runs inside strategy.run, not counted"}
@@ -457,7 +450,7 @@ class _Profiler:
     table beside it (`xspace_to_op_table`).
     """
 
-    def __init__(self, profile: ProfileConfig, work_dir: Path) -> None:
+    def __init__(self, profile: ProfileSettings, work_dir: Path) -> None:
         s = profile.schedule
         self.enabled = profile.enabled
         self.skip, self.active, self.repeat = s.wait + s.warmup, s.active, s.repeat
@@ -469,13 +462,14 @@ class _Profiler:
         """Whether `step` is in a scheduled cycle's warmup or active steps: the steps
         train_log.csv marks `profiled`, as the torch engine does (TF runs the warmup steps
         untraced; marking them too keeps both engines' statistics over the same steps)."""
+        if not self.enabled:
+            return False
         cycle, position = divmod(step - 1, self.skip + self.active)
-        scheduled = self.enabled and (self.repeat == 0 or cycle < self.repeat)
-        return scheduled and position >= self.wait
+        return (self.repeat == 0 or cycle < self.repeat) and position >= self.wait
 
     @contextlib.contextmanager
     def step(self, step: int) -> Iterator[None]:
-        cycle, position = divmod(step - 1, self.skip + self.active)
+        cycle, position = divmod(step - 1, self.skip + self.active) if self.enabled else (0, -1)
         scheduled = self.enabled and (self.repeat == 0 or cycle < self.repeat)
         if scheduled and position == self.skip:
             self.running = self.work_dir / "profile" / f"cycle{cycle}"
@@ -487,8 +481,10 @@ class _Profiler:
         """After the step is timed, before its row is logged: the cycle's last step stops and
         exports it (seconds of conversion in that profiled step's wall time, not its step
         time, nor the next step's)."""
+        if self.running is None:
+            return
         position = (step - 1) % (self.skip + self.active)
-        if self.running is not None and position == self.skip + self.active - 1:
+        if position == self.skip + self.active - 1:
             self._stop(step)
 
     def _stop(self, step: int) -> None:

@@ -26,14 +26,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe import optim
-from accelpipe.config import ProfileConfig, TrainConfig, view
 from accelpipe.devices import torch_device, torch_gemm
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.torch_device import Device
@@ -57,6 +56,7 @@ from accelpipe.engines.train_log import (
 from accelpipe.io import write_text
 from accelpipe.launch import torch_launch
 from accelpipe.launch.torch_launch import DistContext
+from accelpipe.settings import ProfileSettings, TorchTrain, view
 
 __all__ = ["LOG_FIELDS", "SECTIONS", "TrainJob", "Trainer", "load_for_eval", "run_training"]
 (CHECKPOINT,) = ENGINES["pytorch"].checkpoints
@@ -89,8 +89,9 @@ class TrainJob:
     facts: dict[str, Any] = field(default_factory=dict)  # added to the train stage.json
 
 
-# workload hook: (train settings, device, process group) -> the job to run
-JobFactory = Callable[[TrainConfig, Device, DistContext], TrainJob]
+# workload hook: (its train settings, device, process group) -> the job to run
+Train = TypeVar("Train", bound=TorchTrain)
+JobFactory = Callable[[Train, Device, DistContext], TrainJob]
 
 # The engine contract's process hooks (accelpipe.engines): the train and evaluate stages call
 # them on the workload's engine. Threads: torch's intra-op pool; launch: torchrun (srun under
@@ -102,19 +103,20 @@ in_worker = torch_launch.in_worker
 
 def run_training(
     cfg: dict[str, Any],
+    train_cfg: Train,
     work_dir: Path,
-    make_job: JobFactory,
+    make_job: JobFactory[Train],
     auto_precision: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
 
-    `cfg` is the train stage's slice (backend, train, profile, ...). Writes model.pt (the
+    `cfg` is the train stage's slice (backend, train, profile, ...), `train_cfg` its train
+    block as the workload's own settings class. Writes model.pt (the
     bare model's weights plus `job.checkpoint`) on rank 0 and returns the run facts there;
     the other ranks of a multi-process run return None. Rank 0 meters the energy of the
     devices from here to the end of training (engines.power_meter): per logged step in
     train_log.csv, in all in the facts' `power`.
     """
-    train_cfg = view(TrainConfig, cfg["train"])
     device = torch_device.resolve(
         cfg["backend"],
         train_cfg.precision,
@@ -128,7 +130,7 @@ def run_training(
             torch_launch.check_global_batch(train_cfg.batch_size, ctx.world_size)
             seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
             job = make_job(train_cfg, device, ctx)
-            profile = ProfileConfig.from_slice(cfg.get("profile", {}))
+            profile = view(ProfileSettings, cfg["profile"], where="profile")
             trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx, power=meter)
             resumed_from = trainer.step if trainer.resume() else None
             # the ceiling the run's FLOP rate is set against: this device, this precision
@@ -169,11 +171,11 @@ def load_for_eval(
     `build(checkpoint)` makes the architecture from what the workload saved beside the weights.
     """
     checkpoint = torch.load(model_dir / MODEL_FILE, map_location="cpu", weights_only=False)
-    train = cfg.get("train", {})
+    train = cfg["train"]  # the precision it trained in; channels_last where the workload has it
     device = torch_device.resolve(
         cfg["backend"],
-        train.get("precision", "auto"),
-        train.get("channels_last", False),
+        train["precision"],
+        train.get("channels_last") is True,
         auto=auto_precision,
     )
     model = device.prepare_model(build(checkpoint))
@@ -200,8 +202,8 @@ class Trainer:
         self,
         job: TrainJob,
         device: Device,
-        cfg: TrainConfig,
-        profile: ProfileConfig,
+        cfg: TorchTrain,
+        profile: ProfileSettings,
         work_dir: Path,
         dist: DistContext | None = None,
         power: PowerMeter | NoPower | None = None,

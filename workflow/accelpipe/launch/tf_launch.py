@@ -55,7 +55,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from accelpipe.config import TrainConfig
 from accelpipe.errors import AccelpipeError
 from accelpipe.launch.torch_launch import (
     require_slurm,
@@ -64,6 +63,7 @@ from accelpipe.launch.torch_launch import (
     slurm_hostnames,
     srun_command,
 )
+from accelpipe.settings import TrainSettings
 
 log = logging.getLogger(__name__)
 # The lease's visibility variables: each worker keeps the one device of its index.
@@ -140,7 +140,7 @@ def slurm_command(devices: int, nodes: int, cmd: list[str], key: str) -> list[st
     ]
 
 
-def launch_training(cfg: TrainConfig, stage_argv: list[str], threads: int) -> None:
+def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> None:
     """Start `devices * nodes` workers running `accelpipe <stage_argv>`; exit with the first
     failure."""
     cmd = worker_command(stage_argv)
@@ -182,7 +182,7 @@ def _first_failure(procs: list[subprocess.Popen[bytes]], poll_s: float = 0.2) ->
     return 0
 
 
-def _launch_slurm(cfg: TrainConfig, cmd: list[str], share: str, key: str) -> None:
+def _launch_slurm(cfg: TrainSettings, cmd: list[str], share: str, key: str) -> None:
     srun = slurm_command(cfg.devices, cfg.nodes, cmd, key)
     ports = _free_ports(cfg.devices, host="")  # this node's; the tasks listen on all interfaces
     env = {**os.environ, PORTS_ENV: ",".join(map(str, ports)), "OMP_NUM_THREADS": share}

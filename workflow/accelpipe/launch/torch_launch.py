@@ -42,8 +42,8 @@ from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigErro
 if TYPE_CHECKING:
     import torch
 
-    from accelpipe.config import TrainConfig
     from accelpipe.devices.torch_device import Device
+    from accelpipe.settings import TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ def run_workers(cmd: list[str], env: dict[str, str]) -> int:
     return code
 
 
-def launch_training(cfg: TrainConfig, stage_argv: list[str], threads: int) -> None:
+def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> None:
     """Start `devices * nodes` processes running `accelpipe <stage_argv>`; exit with theirs."""
     under_slurm = "SLURM_JOB_ID" in os.environ
     cmd = launch_command(cfg.devices, cfg.nodes, stage_argv, under_slurm)

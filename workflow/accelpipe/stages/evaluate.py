@@ -1,5 +1,6 @@
-"""`evaluate`: metrics of a trained run on the validation data, and their TensorBoard scalars
-(eval/<metric> at the run's last training step, beside the train stage's)."""
+"""`evaluate`: metrics of a trained run on the validation data, whether they reach the
+workload's quality target (accelpipe.quality), and their TensorBoard scalars (eval/<metric> at
+the run's last training step, beside the train stage's)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import logging
 import time
 from pathlib import Path
 
-from accelpipe import engines, provenance, workloads
+from accelpipe import engines, provenance, quality, workloads
 from accelpipe.config import load_slice
 from accelpipe.engines import scalars
-from accelpipe.io import atomic_path, read_json
+from accelpipe.io import atomic_path, read_json, write_json
 
 log = logging.getLogger("accelpipe")
 
@@ -22,13 +23,14 @@ def run_evaluate(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     importlib.import_module(engines.for_workload(args.workload).module).limit_threads(args.threads)
     module = workloads.get(args.workload)
+    cfg = load_slice(args.config_json)
     with atomic_path(args.out) as tmp:
-        metrics = module.evaluate(
-            Path(args.prepared), args.run, load_slice(args.config_json), Path(args.model), tmp
-        )
+        module.evaluate(Path(args.prepared), args.run, cfg, Path(args.model), tmp)
+        metrics = read_json(tmp / "metrics.json")
+        target = quality.target_for(args.workload, cfg["target"])
+        metrics[quality.VERDICT_KEY] = quality.verdict(metrics, target)
+        write_json(tmp / "metrics.json", metrics)
         trained = read_json(Path(args.model) / provenance.STAGE_FILE)
-        scalars.write_metrics(
-            tmp / scalars.TENSORBOARD_DIR, trained["steps"], read_json(tmp / "metrics.json"), "eval"
-        )
+        scalars.write_metrics(tmp / scalars.TENSORBOARD_DIR, trained["steps"], metrics, "eval")
         provenance.write_stage(tmp, "evaluate", started, workload=args.workload, run=args.run)
     log.info("metrics: %s", json.dumps(metrics))

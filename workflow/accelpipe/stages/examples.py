@@ -70,7 +70,7 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
         [
             command(
                 *("evaluate", *_RUN, "--model", f"{_WORK}/train", "--config-json"),
-                {"backend": "cpu", "evaluate": {}, "train": {"precision": "fp32"}},
+                {"backend": "cpu", "evaluate": {}, "train": {"precision": "fp32"}, "target": None},
                 *("--out", f"{_WORK}/eval", "--threads", 2),
             )
         ],

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe import engines, provenance, registry, workloads
-from accelpipe.config import TrainConfig, load_slice, view
+from accelpipe.config import load_slice
 from accelpipe.errors import ConfigError
 from accelpipe.launch import torch_launch
+from accelpipe.settings import TrainSettings, common_train
 
 
 def resume_dir(out: Path, args: argparse.Namespace) -> Path:
@@ -27,8 +28,7 @@ def resume_dir(out: Path, args: argparse.Namespace) -> Path:
     into any world size, so a job may resume on fewer or more devices.
     """
     cfg = load_slice(args.config_json)
-    if isinstance(cfg.get("train"), dict):
-        cfg["train"] = {k: v for k, v in cfg["train"].items() if k not in ("devices", "nodes")}
+    cfg["train"] = {k: v for k, v in cfg["train"].items() if k not in ("devices", "nodes")}
     key = hashlib.sha256()
     key.update(json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode())
     key.update(args.run.encode())
@@ -53,7 +53,7 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def _check_launch(args: argparse.Namespace, cfg: TrainConfig) -> None:
+def _check_launch(args: argparse.Namespace, cfg: TrainSettings) -> None:
     """User errors a launch would only meet inside the workers: report them here, status 2."""
     world = cfg.devices * cfg.nodes
     torch_launch.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
@@ -93,7 +93,7 @@ def run_train(args: argparse.Namespace) -> None:
     spec = engines.for_workload(args.workload)
     engine = importlib.import_module(spec.module)
     cfg = load_slice(args.config_json)
-    train_cfg = view(TrainConfig, cfg.get("train", {}))
+    train_cfg = common_train(cfg["train"])
     out = Path(args.out)
     work_dir = resume_dir(out, args)
     if train_cfg.devices * train_cfg.nodes > 1 and not engine.in_worker():

@@ -1,16 +1,40 @@
 """Workloads: each wires a dataset, a model, a loss and a metric to an engine.
 
-A workload module exposes `train(...)` and `evaluate(...)`; which dataset and prepared
-variant it reads, and its framework, are in accelpipe.registry.
+A workload module is a `Workload`: `train(...)` and `evaluate(...)`; which dataset and
+prepared variant it reads, and its framework, are in accelpipe.registry.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from pathlib import Path
+from typing import Any, Protocol, cast, runtime_checkable
 
 from accelpipe import registry
 
 
-def get(name: str) -> ModuleType:
-    return importlib.import_module(f"accelpipe.workloads.{registry.workload(name).name}")
+@runtime_checkable
+class Workload(Protocol):
+    """What the train and evaluate stages call on a workload's module. Both get the stage's
+    validated config slice (accelpipe.stage_config), which the workload reads through its
+    typed views (accelpipe.settings)."""
+
+    def train(
+        self, prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path
+    ) -> dict[str, Any] | None:
+        """Train `run` on the prepared data into `work_dir`; the run's facts on the process
+        that writes them, None on the others."""
+        ...
+
+    def evaluate(
+        self, prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path
+    ) -> dict[str, Any]:
+        """The metrics of the model in `model_dir` on the run's validation data, with its
+        tables and pictures written into `out_dir`."""
+        ...
+
+
+def get(name: str) -> Workload:
+    """The module of a registered workload (tests/accelpipe/workloads checks each is one)."""
+    module = importlib.import_module(f"accelpipe.workloads.{registry.workload(name).name}")
+    return cast(Workload, module)

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from accelpipe.config import TrainConfig
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs.imagefolder import EvalTransform, IndexedImages, TrainTransform, make_loader
@@ -26,12 +25,15 @@ from accelpipe.io import read_json, write_json
 from accelpipe.launch import torch_launch
 from accelpipe.metrics import topk_correct
 from accelpipe.models.resnet50 import ResNet
+from accelpipe.settings import ResNet50Model, ResNet50Train, view
 
 TOPK = (1, 5)
 
 
-def build_model(model_cfg: dict[str, Any], classes: int) -> ResNet:
-    return ResNet(layers=tuple(model_cfg["layers"]), num_classes=classes, width=model_cfg["width"])
+def build_model(model_block: dict[str, Any], classes: int) -> ResNet:
+    """The ResNet of a `resnet50.model` block (the config's, or the one a checkpoint saved)."""
+    model = view(ResNet50Model, model_block, where="resnet50.model")
+    return ResNet(layers=model.layers, num_classes=classes, width=model.width)
 
 
 def _epoch_batches(
@@ -52,10 +54,10 @@ def _epoch_batches(
 def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
     """Train the run into `work_dir` (resuming from its checkpoint); facts on rank 0 only."""
     index = read_json(prepared / "config.json")
-    size = cfg["model"]["image_size"]
+    size = view(ResNet50Model, cfg["model"], where="resnet50.model").image_size
 
     def make_job(
-        train_cfg: TrainConfig, device: torch_device.Device, ctx: torch_launch.DistContext
+        train_cfg: ResNet50Train, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         dataset = IndexedImages(prepared, "train", TrainTransform(size=size))
         sampler: DistributedSampler[int] | None = None
@@ -88,7 +90,9 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             facts={"train_images": len(dataset), "classes": index["classes"]},
         )
 
-    return run_training(cfg, work_dir, make_job)
+    return run_training(
+        cfg, view(ResNet50Train, cfg["train"], where="resnet50.train"), work_dir, make_job
+    )
 
 
 def _model_from_checkpoint(checkpoint: dict[str, Any]) -> ResNet:

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.config import TrainConfig
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
@@ -39,6 +38,7 @@ from accelpipe.metrics import SegmentationCounts
 from accelpipe.models import segmenter, vit_npz
 from accelpipe.models.segmentation_loss import segmentation_loss
 from accelpipe.models.ssd_loss import l2_loss
+from accelpipe.settings import SegmenterModel, SegmenterTrain, view
 
 log = logging.getLogger(__name__)
 # architecture facts the train stage records and evaluation rebuilds the model from
@@ -64,12 +64,11 @@ def _build(architecture: dict[str, Any]) -> keras.Model:
     )
 
 
-def _pretrained(model: keras.Model, model_cfg: dict[str, Any]) -> dict[str, Any] | None:
-    source = model_cfg.get("pretrained")
-    if not source:
+def _pretrained(model: keras.Model, model_cfg: SegmenterModel) -> dict[str, Any] | None:
+    if not model_cfg.pretrained:
         return None
-    path = Path(source.removeprefix("path:")).expanduser()
-    return vit_npz.load_pretrained(model, path, model_cfg.get("pretrained_sha256"))
+    path = Path(model_cfg.pretrained.removeprefix("path:")).expanduser()
+    return vit_npz.load_pretrained(model, path, model_cfg.pretrained_sha256)
 
 
 def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
@@ -78,11 +77,11 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     model_cfg = cfg["model"]
     architecture = {"classes": NUM_CLASSES} | {k: model_cfg[k] for k in _ARCHITECTURE_KEYS}
 
-    def make_job(train_cfg: TrainConfig, device: TFDevice) -> TFTrainJob:
+    def make_job(train_cfg: SegmenterTrain, device: TFDevice) -> TFTrainJob:
         batch = train_cfg.batch_size
         steps = train_cfg.steps_per_epoch or math.ceil(train_images / batch)
         model = _build(architecture)
-        pretrained = _pretrained(model, model_cfg)
+        pretrained = _pretrained(model, view(SegmenterModel, model_cfg, where="segmenter.model"))
         schedule = keras.optimizers.schedules.PolynomialDecay(
             train_cfg.lr,
             decay_steps=train_cfg.epochs * steps,
@@ -124,7 +123,9 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             },
         )
 
-    return tf_trainer.run_training(cfg, work_dir, make_job)
+    return tf_trainer.run_training(
+        cfg, view(SegmenterTrain, cfg["train"], where="segmenter.train"), work_dir, make_job
+    )
 
 
 def _decayed_variables(model: keras.Model) -> list[tf.Variable]:

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.config import TrainConfig
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import TFTrainJob
@@ -34,6 +33,7 @@ from accelpipe.models import ssd_resnet34
 from accelpipe.models.ssd_boxes import default_boxes
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss
 from accelpipe.models.ssd_postprocess import decode_detections
+from accelpipe.settings import SSDModel, SSDTrain, view
 
 log = logging.getLogger(__name__)
 _COCO_STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
@@ -100,11 +100,11 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     ids = [c["id"] for c in categories]
     train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
     files = _shards(prepared, "train")
-    model_cfg = cfg.get("model", {})
-    architecture = {"classes": len(ids), "width": model_cfg.get("width", 64)}
-    backbone = model_cfg.get("backbone_checkpoint")
+    model_cfg = view(SSDModel, cfg["model"], where="ssd.model")
+    architecture = {"classes": len(ids), "width": model_cfg.width}
+    backbone = model_cfg.backbone_checkpoint
 
-    def make_job(train_cfg: TrainConfig, device: TFDevice) -> TFTrainJob:
+    def make_job(train_cfg: SSDTrain, device: TFDevice) -> TFTrainJob:
         batch = train_cfg.batch_size
         # as the reference: ceil(images / global batch)
         steps = train_cfg.steps_per_epoch or math.ceil(train_images / batch)
@@ -115,8 +115,8 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             train_cfg.lr * batch / 32,
             steps,
             train_cfg.warmup_epochs,
-            model_cfg.get("cosine_begin", 15.0),
-            model_cfg.get("cosine_end", 55.0),
+            model_cfg.cosine_begin,
+            model_cfg.cosine_end,
         )
         l2_vars = ssd_resnet34.l2_variables(model)
         anchors = tf.constant(default_boxes(), tf.float32)
@@ -140,7 +140,9 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             },
         )
 
-    return tf_trainer.run_training(cfg, work_dir, make_job)
+    return tf_trainer.run_training(
+        cfg, view(SSDTrain, cfg["train"], where="ssd.train"), work_dir, make_job
+    )
 
 
 def evaluate(

@@ -20,7 +20,6 @@ import torch
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
-from accelpipe.config import TrainConfig
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs import volumes
@@ -28,6 +27,7 @@ from accelpipe.io import read_json, write_json
 from accelpipe.launch import torch_launch
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.swinunetr import build_model
+from accelpipe.settings import SwinUNETRTrain, view
 
 # The seed measured bf16 slower than fp16 on MI300X; elsewhere auto keeps the device default.
 AUTO_PRECISION = {"rocm": "fp16"}
@@ -41,10 +41,10 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     """Train the run into `work_dir` (resuming from its checkpoint); facts on rank 0 only."""
     items = volumes.datalist(prepared, "training")
     settings = _settings(cfg, cfg["model"])
-    label = read_json(prepared / "datalist.json").get("label", "GTV-1")
+    label = read_json(prepared / "datalist.json")["label"]  # the ROI prepare extracted
 
     def make_job(
-        train_cfg: TrainConfig, device: torch_device.Device, ctx: torch_launch.DistContext
+        train_cfg: SwinUNETRTrain, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         train = cfg["train"]
         loader = volumes.train_loader(
@@ -74,7 +74,13 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             facts={"train_volumes": len(items), "crops_per_volume": train["num_samples"]},
         )
 
-    return run_training(cfg, work_dir, make_job, AUTO_PRECISION)
+    return run_training(
+        cfg,
+        view(SwinUNETRTrain, cfg["train"], where="swinunetr.train"),
+        work_dir,
+        make_job,
+        AUTO_PRECISION,
+    )
 
 
 def _model_from_checkpoint(checkpoint: dict[str, Any]) -> torch.nn.Module:

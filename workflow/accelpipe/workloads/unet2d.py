@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from accelpipe.config import TrainConfig, split_fold
+from accelpipe.config import split_fold
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.errors import ConfigError
@@ -30,6 +30,7 @@ from accelpipe.launch import torch_launch
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
+from accelpipe.settings import UNet2DModel, UNet2DTrain, view
 
 
 def fold_of(run: str, n_folds: int) -> int:
@@ -47,14 +48,16 @@ def split(prepared: Path, run: str) -> dict[str, list[str]]:
     return folds["folds"][fold_of(run, folds["n_folds"])]
 
 
-def build_model(model_cfg: dict[str, Any], data_cfg: dict[str, Any]) -> DynUNet2D:
+def build_model(model_block: dict[str, Any], data_cfg: dict[str, Any]) -> DynUNet2D:
+    """The DynUNet of a `unet2d.model` block (the config's, or the one a checkpoint saved)."""
+    model = view(UNet2DModel, model_block, where="unet2d.model")
     return DynUNet2D(
         in_channels=data_cfg["in_channels"],
         n_class=data_cfg["n_class"],
-        filters=model_cfg["filters"],
-        strides=model_cfg["strides"],
-        deep_supervision=model_cfg["deep_supervision"],
-        deep_supr_num=model_cfg["deep_supr_num"],
+        filters=model.filters,
+        strides=model.strides,
+        deep_supervision=model.deep_supervision,
+        deep_supr_num=model.deep_supr_num,
     )
 
 
@@ -67,7 +70,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     cases = split(prepared, run)["train"]
 
     def make_job(
-        train_cfg: TrainConfig, device: torch_device.Device, ctx: torch_launch.DistContext
+        train_cfg: UNet2DTrain, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         steps = train_cfg.steps_per_epoch or len(cases)
 
@@ -101,7 +104,9 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             facts={"train_cases": len(cases)},
         )
 
-    return run_training(cfg, work_dir, make_job)
+    return run_training(
+        cfg, view(UNet2DTrain, cfg["train"], where="unet2d.train"), work_dir, make_job
+    )
 
 
 def label_names(data_cfg: dict[str, Any]) -> dict[int, str]:

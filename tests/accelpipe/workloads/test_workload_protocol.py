@@ -1,0 +1,22 @@
+"""Every registered workload module is a `workloads.Workload`, with the protocol's signatures."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from accelpipe import registry, workloads
+
+
+def _parameters(function: object) -> list[str]:
+    return [p for p in inspect.signature(function).parameters if p != "self"]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(registry.WORKLOADS))
+def test_each_workload_module_is_a_workload(name: str) -> None:
+    module = workloads.get(name)
+    assert isinstance(module, workloads.Workload)
+    for method in ("train", "evaluate"):
+        expected = _parameters(getattr(workloads.Workload, method))
+        assert _parameters(getattr(module, method)) == expected, f"{name}.{method}"

@@ -1,0 +1,79 @@
+"""Typed settings for tests that drive an engine or the optimizer without a config file:
+the workload's schema defaults (accelpipe.config.validate), then the test's overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from accelpipe.config import validate
+from accelpipe.settings import (
+    ProfileSchedule,
+    ProfileSettings,
+    ResNet50Train,
+    SSDTrain,
+    view,
+)
+
+
+def _train_block(workload: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    return validate({workload: {"train": overrides}})[workload]["train"]
+
+
+# What the engine tests assume unless they say otherwise: eager fp32-or-auto AdamW at a
+# constant rate, no warm-up, and TensorFlow without op determinism.
+_PLAIN = {"epochs": 100, "batch_size": 64, "lr": 0.001, "weight_decay": 0.0001}
+_PLAIN_TORCH = _PLAIN | {"optimizer": "adamw", "scheduler": "constant", "warmup_epochs": 0}
+_PLAIN_TF = _PLAIN | {"warmup_epochs": 0, "compile": False, "deterministic": False}
+
+
+def torch_train(**overrides: Any) -> ResNet50Train:
+    """A PyTorch train block: resnet50's (it has every key the torch engine reads), with the
+    optimizer any torch workload may use (resnet50's schema offers sgd and lars; unet2d and
+    swinunetr train with adamw)."""
+    keys = _PLAIN_TORCH | overrides
+    optimizer = keys.pop("optimizer")
+    block = _train_block("resnet50", keys)
+    return dataclasses.replace(view(ResNet50Train, block), optimizer=optimizer)
+
+
+def tf_train(**overrides: Any) -> SSDTrain:
+    """A TensorFlow train block: ssd's."""
+    return view(SSDTrain, _train_block("ssd", _PLAIN_TF | overrides), where="ssd.train")
+
+
+def _profile_block(workload: str, profile: dict[str, Any]) -> dict[str, Any]:
+    """A profile block the schema completed; engine tests profile from their first steps, so
+    no performance warm-up holds the profiler back."""
+    config = validate({"performance": {"warmup_steps": 0}, workload: {"profile": profile}})
+    return config[workload]["profile"]
+
+
+def profile(enabled: bool = True, **schedule: int) -> ProfileSettings:
+    """The profiler settings: the schema's schedule with `schedule`'s keys replaced."""
+    block = _profile_block("ssd", {"enabled": enabled, "schedule": schedule})
+    return view(ProfileSettings, block, where="ssd.profile")
+
+
+__all__ = ["ProfileSchedule", "profile", "tf_run", "tf_train", "torch_run", "torch_train"]
+
+
+def tf_run(cfg: dict[str, Any], work_dir: Path, make_job: Callable[..., Any]) -> Any:
+    """tf_trainer.run_training on a hand-made train slice: its train and profile blocks
+    completed as `tf_train` and the schema complete them."""
+    from accelpipe.engines.tf_trainer import run_training
+
+    train = tf_train(**cfg["train"])
+    block = _profile_block("ssd", cfg.get("profile", {}))
+    return run_training({**cfg, "profile": block}, train, work_dir, make_job)
+
+
+def torch_run(cfg: dict[str, Any], work_dir: Path, make_job: Callable[..., Any]) -> Any:
+    """torch_trainer.run_training on a hand-made train slice, completed as in `tf_run`."""
+    from accelpipe.engines.torch_trainer import run_training
+
+    train = torch_train(**cfg["train"])
+    block = _profile_block("resnet50", cfg.get("profile", {}))
+    return run_training({**cfg, "profile": block}, train, work_dir, make_job)
