@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image, ImageDraw
 
 from accelpipe.datasets.ade20k_layout import annotation_dir, file_stem, image_dir
@@ -37,6 +38,8 @@ _PERIOD = 4  # texture period in pixels: coarse enough to survive JPEG and a 0.5
 
 def _pattern(kind: str, width: int, height: int, rng: np.random.Generator) -> np.ndarray:
     """A (height, width) array of 0/1 for one texture."""
+    yy: npt.NDArray[np.intp]
+    xx: npt.NDArray[np.intp]
     yy, xx = np.mgrid[:height, :width] // _PERIOD
     if kind == "hstripes":
         return yy % 2

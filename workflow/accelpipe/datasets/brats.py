@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from accelpipe.datasets import msd
-from accelpipe.datasets.brats_case import prepare_case, release_scratch
+from accelpipe.datasets.brats_case import CaseTask, prepare_case, release_scratch
 from accelpipe.datasets.brats_layout import LABELS, MODALITIES, TASK
 from accelpipe.datasets.brats_synthetic import synthesize
 from accelpipe.datasets.pool import map_tasks
@@ -85,7 +85,7 @@ def _labels_and_channels(meta: Any, meta_path: Path) -> tuple[dict[str, str], in
     return {str(v): by_value[v] for v in sorted(by_value)}, len(modality)
 
 
-def check_raw(task_dir: str | Path) -> list[dict]:
+def check_raw(task_dir: str | Path) -> list[dict[str, Any]]:
     """Validate a raw MSD task folder; return [{"case", "image", "label"}] in dataset.json order.
 
     Raises DataError naming dataset.json if it is missing or malformed, the first missing
@@ -98,7 +98,7 @@ def check_raw(task_dir: str | Path) -> list[dict]:
     if not isinstance(training, list) or not training:
         raise DataError(f"{meta_path}: no 'training' list of cases")
     _labels_and_channels(meta, meta_path)
-    entries: list[dict] = []
+    entries: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, item in enumerate(training):
         if not isinstance(item, dict) or not isinstance(item.get("image"), str):
@@ -203,7 +203,7 @@ def prepare(
     return Path(out_dir)
 
 
-def _run(tasks: list, workers: int) -> Iterable[dict]:
+def _run(tasks: list[CaseTask], workers: int) -> Iterable[dict[str, Any]]:
     """prepare_case over tasks; a worker holds one case at a time and returns only metadata."""
     try:
         yield from map_tasks(prepare_case, tasks, workers)

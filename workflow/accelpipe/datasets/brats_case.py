@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -121,7 +121,7 @@ def _label_xyz(label: np.ndarray, path: str) -> np.ndarray:
     return label
 
 
-def _load_case(entry: dict, channels: int) -> tuple[np.ndarray, np.ndarray]:
+def _load_case(entry: dict[str, Any], channels: int) -> tuple[np.ndarray, np.ndarray]:
     """Image (C, Z, Y, X) float32 and label (Z, Y, X), both views where possible."""
     case = entry["case"]
     image = _image_xyzc(read_nifti(entry["image"]), entry["image"])
@@ -142,7 +142,11 @@ def _load_case(entry: dict, channels: int) -> tuple[np.ndarray, np.ndarray]:
     return image.transpose(3, 2, 1, 0), label.transpose(2, 1, 0)
 
 
-def prepare_case(task: tuple[dict, str, tuple[int, int], int, int]) -> dict[str, Any]:
+# (entry from brats.check_raw, output folder, patch (H, W), classes, channels)
+CaseTask: TypeAlias = tuple[dict[str, Any], str, tuple[int, int], int, int]
+
+
+def prepare_case(task: CaseTask) -> dict[str, Any]:
     """Load, crop, normalise, pad/crop and write one case; return small metadata only.
 
     `task` is (entry from check_raw, output folder, patch (H, W), classes, channels).

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+import numpy.typing as npt
 
 from accelpipe.datasets.brats_layout import LABELS, MODALITIES, TASK
 from accelpipe.errors import DataError
@@ -74,8 +75,9 @@ def synthesize(
 
 
 def _save_nifti(data: np.ndarray, affine: np.ndarray, path: Path) -> None:
-    img = nib.Nifti1Image(data, affine)
-    img.header.set_xyzt_units("mm", "sec")
+    # nibabel ships py.typed but leaves these methods unannotated
+    img = nib.Nifti1Image(data, affine)  # type: ignore[no-untyped-call]
+    img.header.set_xyzt_units("mm", "sec")  # type: ignore[no-untyped-call]
     nib.save(img, path)
 
 
@@ -116,7 +118,7 @@ def _ellipsoid_dist(shape: tuple[int, ...], centre: np.ndarray, radii: np.ndarra
     axes = np.ogrid[tuple(slice(0, n) for n in shape)]
     centre, radii = np.asarray(centre, np.float32), np.asarray(radii, np.float32)
     terms = zip(axes, centre, radii, strict=True)
-    sq = sum(((a.astype(np.float32) - c) / r) ** 2 for a, c, r in terms)
+    sq: npt.NDArray[np.float32] = sum(((a.astype(np.float32) - c) / r) ** 2 for a, c, r in terms)
     return np.sqrt(sq)
 
 

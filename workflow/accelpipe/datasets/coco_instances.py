@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -115,7 +115,7 @@ def load_instances(ann_file: Path) -> dict[str, Any]:
         value = content.get(key) if isinstance(content, dict) else None
         if not isinstance(value, list) or not all(type(v) is dict for v in value):
             raise DataError(f"{ann_file}: '{key}' must be a list of objects")
-    return content
+    return cast("dict[str, Any]", content)  # checked above to be an object
 
 
 def categories(content: dict[str, Any], ann_file: Path) -> dict[int, dict[str, Any]]:

@@ -57,7 +57,7 @@ def encode(record: ImageRecord) -> bytes:
 
 
 _FORMATS = {f: bytes_feature(f) for f in image_bytes.FORMATS}
-_NO_BOXES: tuple[tuple, ...] = ((),) * len(Box._fields)
+_NO_BOXES: tuple[tuple[()], ...] = ((),) * len(Box._fields)
 
 
 def _features(record: ImageRecord, data: bytes, image_format: bytes) -> dict[str, bytes]:

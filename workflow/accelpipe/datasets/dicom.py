@@ -133,9 +133,8 @@ def _to_hu(ds: Dataset, pixels: np.ndarray) -> np.ndarray:
         hu = pixels.astype(np.int32) + int(intercept)
         if hu.min(initial=0) >= -32768 and hu.max(initial=0) <= 32767:
             return hu.astype(np.int16)
-    return (pixels.astype(np.float32) * np.float32(slope) + np.float32(intercept)).astype(
-        np.float32
-    )
+    scaled: np.ndarray = pixels.astype(np.float32) * np.float32(slope) + np.float32(intercept)
+    return scaled.astype(np.float32)
 
 
 def _read_slice(path: Path, series_uid: str | None) -> tuple[Dataset, _Slice]:
@@ -201,7 +200,7 @@ def _slice_step(positions: np.ndarray, normal: np.ndarray, ds: Dataset, uid: str
             "mm; duplicate or missing slices?)"
         )
     # The mean step, not normal * gap, keeps gantry tilt (a sheared grid) in the affine.
-    step = (positions[-1] - positions[0]) / (len(positions) - 1)
+    step: np.ndarray = (positions[-1] - positions[0]) / (len(positions) - 1)
     line = positions[0] + np.arange(len(positions))[:, None] * step
     if np.abs(positions - line).max() > _SPACING_UNIFORMITY * median:
         raise DataError(f"series {uid}: slice positions do not lie on one straight line")

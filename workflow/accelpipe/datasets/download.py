@@ -24,7 +24,7 @@ import time
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import requests
 import urllib3
@@ -32,6 +32,9 @@ from tqdm import tqdm
 
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
+
+if TYPE_CHECKING:
+    from _hashlib import HASH  # what hashlib.new returns; hashlib itself names it only privately
 
 # Errors that mean "the transfer broke, try again": requests wraps most of urllib3's,
 # but reading resp.raw directly surfaces urllib3's own and bare socket errors.
@@ -70,12 +73,12 @@ def file_digest(path: str | os.PathLike[str], algorithm: str, chunk_bytes: int =
     return _hash_file(Path(path), algorithm, chunk_bytes).hexdigest()
 
 
-def _new_hash(algorithm: str) -> Any:
+def _new_hash(algorithm: str) -> HASH:
     # Checksums, not security: FIPS builds refuse md5 and sha1 without this flag.
     return hashlib.new(algorithm, usedforsecurity=False)
 
 
-def _hash_file(path: Path, algorithm: str, chunk_bytes: int = 1 << 20) -> Any:
+def _hash_file(path: Path, algorithm: str, chunk_bytes: int = 1 << 20) -> HASH:
     digest = _new_hash(algorithm)
     with path.open("rb") as fh:
         while chunk := fh.read(chunk_bytes):

@@ -131,6 +131,8 @@ def _link_existing(location: str, out: Path) -> None:
 
 def _image_size(path: Path) -> tuple[int, int]:
     """(width, height) from the image header; PIL decodes no pixels for this."""
+    # Declared: PIL's __enter__ returns typing.Self, which mypy reads as Any for Python 3.10.
+    im: Image.Image
     try:
         with Image.open(path) as im:
             return im.size
@@ -138,11 +140,13 @@ def _image_size(path: Path) -> tuple[int, int]:
         raise DataError(f"{path}: not a readable image ({one_line(err)})") from None
 
 
-def _index_class(task: tuple[str, str, str, int]) -> tuple[str, list[tuple]]:
+def _index_class(
+    task: tuple[str, str, str, int],
+) -> tuple[str, list[tuple[str, int, int, int, int]]]:
     """CSV rows of one class folder of one split, sorted by file name."""
     root, split, wnid, label = task
     folder = Path(root) / split / wnid
-    rows = []
+    rows: list[tuple[str, int, int, int, int]] = []
     for name in _image_names(folder):
         path = folder / name
         rows.append((f"{split}/{wnid}/{name}", label, path.stat().st_size, *_image_size(path)))

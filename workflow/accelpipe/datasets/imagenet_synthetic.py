@@ -14,8 +14,10 @@ import io
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import scipy.io
 from PIL import Image
 
@@ -70,7 +72,9 @@ def _synth_image(
         (x * np.cos(theta) + y * np.sin(theta)) * (2 * np.pi / (period * rng.uniform(0.85, 1.15)))
         + rng.uniform(0, 2 * np.pi)
     )
-    img = np.asarray(colour, np.float32) * (1 + 0.3 * wave[..., None])
+    img: npt.NDArray[np.floating[Any]] = np.asarray(colour, np.float32) * (
+        1 + 0.3 * wave[..., None]
+    )
     # A random-coloured ellipse (up to ~20% of the image) at a random place: clutter.
     cx, cy = rng.uniform(0, w), rng.uniform(0, h)
     rx, ry = rng.uniform(0.08, 0.25) * w, rng.uniform(0.08, 0.25) * h

@@ -122,10 +122,11 @@ def check_raw(root: Path) -> list[Case]:
 
 
 def _save_nifti(data: np.ndarray, affine: np.ndarray, path: Path) -> None:
-    img = nib.Nifti1Image(data, affine)
-    img.set_qform(affine, code=1)  # scanner coordinates (RAS)
-    img.set_sform(affine, code=1)
-    img.header.set_xyzt_units("mm", "sec")
+    # nibabel ships py.typed but leaves these methods unannotated
+    img = nib.Nifti1Image(data, affine)  # type: ignore[no-untyped-call]
+    img.set_qform(affine, code=1)  # type: ignore[no-untyped-call]  # scanner coordinates (RAS)
+    img.set_sform(affine, code=1)  # type: ignore[no-untyped-call]
+    img.header.set_xyzt_units("mm", "sec")  # type: ignore[no-untyped-call]
     nib.save(img, path)
 
 
@@ -174,7 +175,9 @@ def _summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _datalist(cases: dict[str, dict], train: list[str], val: list[str], label: str) -> dict:
+def _datalist(
+    cases: dict[str, dict[str, Any]], train: list[str], val: list[str], label: str
+) -> dict[str, Any]:
     def entry(patient: str) -> dict[str, str]:
         name = cases[patient]["name"]
         return {

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from accelpipe.datasets import tfrecord
 from accelpipe.datasets.ade20k_layout import IGNORE_INDEX, NUM_CLASSES
@@ -110,7 +111,7 @@ def parse(record: tf.Tensor) -> dict[str, tf.Tensor]:
 
 def split_key(key: tf.Tensor, n: int) -> list[tf.Tensor]:
     """`n` independent stateless seeds from one."""
-    return tf.unstack(tf.random.experimental.stateless_split(key, n))
+    return cast("list[tf.Tensor]", tf.unstack(tf.random.experimental.stateless_split(key, n)))
 
 
 def rescale_size(height: tf.Tensor, width: tf.Tensor, ratio: tf.Tensor, crop: int) -> tf.Tensor:
@@ -176,8 +177,11 @@ def random_crop(
 
 def random_flip(image: tf.Tensor, label: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     flip = tf.random.stateless_uniform([], key) < 0.5
-    return tf.cond(
-        flip, lambda: (tf.reverse(image, [1]), tf.reverse(label, [1])), lambda: (image, label)
+    return cast(
+        "tuple[tf.Tensor, tf.Tensor]",
+        tf.cond(
+            flip, lambda: (tf.reverse(image, [1]), tf.reverse(label, [1])), lambda: (image, label)
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -109,7 +110,7 @@ def _centres_inside(crops: tf.Tensor, boxes: tf.Tensor) -> tf.Tensor:
 
 def split_key(key: tf.Tensor, n: int) -> list[tf.Tensor]:
     """`n` independent stateless seeds from one."""
-    return tf.unstack(tf.random.experimental.stateless_split(key, n))
+    return cast("list[tf.Tensor]", tf.unstack(tf.random.experimental.stateless_split(key, n)))
 
 
 def _one_pass(boxes: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -134,7 +135,10 @@ def _one_pass(boxes: tf.Tensor, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         first = tf.argmax(tf.cast(valid, tf.int32))
         return tf.reduce_any(valid), tf.gather(crops, first)
 
-    return tf.cond(choice == len(_MIN_IOUS), lambda: if_kept, try_crops)
+    return cast(
+        "tuple[tf.Tensor, tf.Tensor]",
+        tf.cond(choice == len(_MIN_IOUS), lambda: if_kept, try_crops),
+    )
 
 
 def ssd_crop(
@@ -147,7 +151,9 @@ def ssd_crop(
     def cond(i: tf.Tensor, done: tf.Tensor, crop: tf.Tensor) -> tf.Tensor:
         return (i < _MAX_PASSES) & ~done
 
-    def body(i: tf.Tensor, done: tf.Tensor, crop: tf.Tensor) -> tuple:
+    def body(
+        i: tf.Tensor, done: tf.Tensor, crop: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         accepted, candidate = _one_pass(boxes, tf.gather(pass_keys, i))
         return i + 1, accepted, candidate
 
@@ -181,7 +187,9 @@ def normalise(image: tf.Tensor) -> tf.Tensor:
     return (image - MEAN) * (1.0 / tf.constant(STD))
 
 
-def train_example(example: dict[str, tf.Tensor], anchors: tf.Tensor, key: tf.Tensor) -> tuple:
+def train_example(
+    example: dict[str, tf.Tensor], anchors: tf.Tensor, key: tf.Tensor
+) -> tuple[tf.Tensor, tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
     """One training image -> (image [300,300,3], (classes [A], boxes [A,4], num_matched));
     its augmentations drawn from the stateless seed `key`."""
     crop_key, flip_key, colour_key = split_key(key, 3)

@@ -24,6 +24,7 @@ import os
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ _SHIFT = (np.asarray(MEAN) / np.asarray(STD)).astype(np.float32)
 
 Transform = Callable[[Image.Image], torch.Tensor]
 Box = tuple[int, int, int, int]  # left, top, width, height
+_Item = TypeVar("_Item")
 
 
 def to_normalized_tensor(img: Image.Image | np.ndarray) -> torch.Tensor:
@@ -157,14 +159,14 @@ def _read_index(csv_path: Path) -> tuple[np.ndarray, np.ndarray]:
     return paths, np.array([label for _, label in rows], dtype=np.int64)
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        return cast("dict[str, Any]", json.loads(path.read_text()))
     except (OSError, json.JSONDecodeError) as err:
         raise DataError(f"cannot read {path}: {err}") from None
 
 
-class IndexedImages(Dataset):
+class IndexedImages(Dataset[tuple[torch.Tensor, int]]):
     """One split of a prepared index; items are ``(CHW float32 tensor, int label)``."""
 
     def __init__(self, prepared: Path, split: str, transform: Transform) -> None:
@@ -185,6 +187,8 @@ class IndexedImages(Dataset):
     def load(self, index: int) -> Image.Image:
         """The decoded RGB image (CMYK and greyscale JPEGs are converted)."""
         path = self.root / self.paths[index].decode()
+        # Declared: PIL's __enter__ returns typing.Self, which mypy reads as Any for Python 3.10.
+        img: Image.Image
         try:
             with Image.open(path) as img:
                 img.load()  # decode now, inside the try: truncated files fail here
@@ -204,15 +208,15 @@ def seed_worker(worker_id: int) -> None:
 
 
 def make_loader(
-    dataset: Dataset,
+    dataset: Dataset[_Item],
     batch_size: int,
     shuffle: bool,
     workers: int,
     pin_memory: bool,
     seed: int,
     drop_last: bool,
-    sampler: Sampler | None = None,
-) -> DataLoader:
+    sampler: Sampler[int] | None = None,
+) -> DataLoader[_Item]:
     """A seeded DataLoader; workers persist across epochs. ``sampler`` (e.g. a
     DistributedSampler) replaces shuffling."""
     generator = torch.Generator()

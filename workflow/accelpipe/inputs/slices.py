@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -40,14 +41,14 @@ from accelpipe.inputs.transforms import BatchAugment
 
 def _open(path: Path) -> np.ndarray:
     try:
-        return np.load(path, mmap_mode="r")
+        return cast("np.ndarray", np.load(path, mmap_mode="r"))  # a .npy: a memmap array
     except FileNotFoundError:
         raise DataError(f"{path}: prepared file not found") from None
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: not a readable .npy file ({err})") from None
 
 
-class SliceBatches(IterableDataset):
+class SliceBatches(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
     """Yields `steps` (image, label) batches in total, split across DataLoader workers.
 
     Each batch is this rank's `batch_size // world_size` slices of the global batch.

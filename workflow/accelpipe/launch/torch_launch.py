@@ -287,7 +287,8 @@ def _port() -> int:
         return int(os.environ["MASTER_PORT"])
     with socket.socket() as sock:
         sock.bind(("", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # AF_INET: (host, port); typeshed says Any
+        return port
 
 
 # -- launching the training processes ------------------------------------------------------

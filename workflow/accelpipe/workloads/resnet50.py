@@ -37,7 +37,10 @@ def build_model(model_block: dict[str, Any], classes: int) -> ResNet:
 
 
 def _epoch_batches(
-    loader: DataLoader, sampler: DistributedSampler | None, epoch: int, steps: int
+    loader: DataLoader[tuple[torch.Tensor, int]],
+    sampler: DistributedSampler[int] | None,
+    epoch: int,
+    steps: int,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """`steps` batches for `epoch`: one pass over the loader, repeated if steps asks for more."""
     done = 0
@@ -101,7 +104,10 @@ def _model_from_checkpoint(checkpoint: dict[str, Any]) -> ResNet:
 
 @torch.no_grad()
 def _count_correct(
-    model: torch.nn.Module, device: torch_device.Device, loader: DataLoader, classes: int
+    model: torch.nn.Module,
+    device: torch_device.Device,
+    loader: DataLoader[tuple[torch.Tensor, int]],
+    classes: int,
 ) -> tuple[dict[int, int], np.ndarray, np.ndarray]:
     """Top-k hits over the loader, plus per-class (top-1 hits, images)."""
     hits = dict.fromkeys(TOPK, 0)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
 from accelpipe.devices.tf_device import TFDevice
@@ -222,7 +223,7 @@ def resized_rows(logits: np.ndarray, size: tuple[int, int], start: int, stop: in
     along_x += left
     del left
     top = along_x[np.searchsorted(sources, lower)]
-    band = along_x[np.searchsorted(sources, upper)]
+    band: npt.NDArray[np.float32] = along_x[np.searchsorted(sources, upper)]
     del along_x
     band -= top
     band *= y_lerp[start:stop, None, None]

@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 _COCO_STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
 
 
-class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+# keras (tf_keras) has no type information, so its base class is Any
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
     """The reference's SSD schedule, in epochs of `steps_per_epoch` steps."""
 
     def __init__(

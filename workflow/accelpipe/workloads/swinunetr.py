@@ -107,7 +107,8 @@ def predict(
             mode=ev["mode"],
         )
     assert isinstance(logits, torch.Tensor)  # the model's one output, not a tuple or dict
-    return (torch.sigmoid(logits.float())[0, 0] > ev["threshold"]).cpu().numpy().astype(np.uint8)
+    mask: torch.Tensor = torch.sigmoid(logits.float())[0, 0] > ev["threshold"]
+    return mask.cpu().numpy().astype(np.uint8)
 
 
 def evaluate(
@@ -130,7 +131,9 @@ def evaluate(
         target = data["label"].as_tensor()[0].numpy().astype(np.uint8)
         name = item.get("patient") or Path(item["image"]).name.split(".")[0]
         affine = np.asarray(data["image"].affine, dtype=np.float64)
-        nib.save(nib.Nifti1Image(pred, affine), out_dir / "predictions" / f"{name}.nii.gz")
+        # nibabel ships py.typed but leaves Nifti1Image.__init__ unannotated
+        nifti = nib.Nifti1Image(pred, affine)  # type: ignore[no-untyped-call]
+        nib.save(nifti, out_dir / "predictions" / f"{name}.nii.gz")
         rows.append((name, float(dice_per_class(pred, target, (1,))[0])))
     label = checkpoint["label"]
     dice = [d for _, d in rows]

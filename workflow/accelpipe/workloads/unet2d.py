@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ def fold_of(run: str, n_folds: int) -> int:
 
 def split(prepared: Path, run: str) -> dict[str, list[str]]:
     folds = read_json(prepared / "folds.json")
-    return folds["folds"][fold_of(run, folds["n_folds"])]
+    return cast("dict[str, list[str]]", folds["folds"][fold_of(run, folds["n_folds"])])
 
 
 def build_model(model_block: dict[str, Any], data_cfg: dict[str, Any]) -> DynUNet2D:
@@ -74,7 +74,9 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
     ) -> TrainJob:
         steps = train_cfg.steps_per_epoch or len(cases)
 
-        def batches(epoch: int) -> torch.utils.data.DataLoader:
+        def batches(
+            epoch: int,
+        ) -> torch.utils.data.DataLoader[tuple[torch.Tensor, torch.Tensor]]:
             # Seeded per epoch so a resumed run sees the same batches as an uninterrupted one.
             dataset = SliceBatches(
                 prepared,
