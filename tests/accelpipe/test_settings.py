@@ -11,6 +11,7 @@ from accelpipe import registry
 from accelpipe.config import _resolve, schema, validate
 from accelpipe.errors import ConfigError
 from accelpipe.settings import (
+    EVALUATE_VIEWS,
     MODEL_VIEWS,
     TRAIN_VIEWS,
     ProfileSettings,
@@ -42,7 +43,10 @@ def _json_types(hint: object) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize(("block", "views"), [("train", TRAIN_VIEWS), ("model", MODEL_VIEWS)])
+@pytest.mark.parametrize(
+    ("block", "views"),
+    [("train", TRAIN_VIEWS), ("model", MODEL_VIEWS), ("evaluate", EVALUATE_VIEWS)],
+)
 @pytest.mark.parametrize("workload", sorted(registry.WORKLOADS))
 def test_each_view_is_its_schema_blocks_keys_and_types(workload: str, block: str, views) -> None:
     cls = views[workload]
@@ -66,8 +70,9 @@ def test_the_schema_defaults_make_every_workloads_views(workload: str) -> None:
     train = train_view(workload, config[workload]["train"])
     assert isinstance(train, TRAIN_VIEWS[workload])
     assert train.batch_size == config[workload]["train"]["batch_size"]
-    model = view(MODEL_VIEWS[workload], config[workload]["model"])
-    assert all(not isinstance(v, list) for v in dataclasses.asdict(model).values())
+    for block, views in (("model", MODEL_VIEWS), ("evaluate", EVALUATE_VIEWS)):
+        built = view(views[workload], config[workload][block])
+        assert all(not isinstance(v, list) for v in dataclasses.asdict(built).values())
     profile = view(ProfileSettings, config[workload]["profile"])
     assert profile.schedule.wait == config[workload]["profile"]["schedule"]["wait"]
 

@@ -230,6 +230,53 @@ MODEL_VIEWS: dict[str, type] = {
 }
 
 
+# --------------------------------------------------------------------------- evaluate
+
+
+@dataclass(frozen=True)
+class UNet2DEvaluate:
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class SwinUNETREvaluate:
+    sw_batch_size: int
+    overlap: float
+    mode: str
+    threshold: float
+
+
+@dataclass(frozen=True)
+class ResNet50Evaluate:
+    batch_size: int
+    loader_workers: int
+
+
+@dataclass(frozen=True)
+class SSDEvaluate:
+    batch_size: int
+    score_threshold: float
+    nms_iou: float
+    max_detections: int
+
+
+@dataclass(frozen=True)
+class SegmenterEvaluate:
+    short_side: int
+    stride: int | None
+    batch_size: int
+    prediction_images: int
+
+
+EVALUATE_VIEWS: dict[str, type] = {
+    "unet2d": UNet2DEvaluate,
+    "swinunetr": SwinUNETREvaluate,
+    "resnet50": ResNet50Evaluate,
+    "ssd": SSDEvaluate,
+    "segmenter": SegmenterEvaluate,
+}
+
+
 TRAIN_VIEWS: dict[str, type[TrainSettings]] = {
     "unet2d": UNet2DTrain,
     "swinunetr": SwinUNETRTrain,

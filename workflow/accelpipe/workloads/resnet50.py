@@ -25,7 +25,7 @@ from accelpipe.io import read_json, write_json
 from accelpipe.launch import torch_launch
 from accelpipe.metrics import topk_correct
 from accelpipe.models.resnet50 import ResNet
-from accelpipe.settings import ResNet50Model, ResNet50Train, view
+from accelpipe.settings import ResNet50Evaluate, ResNet50Model, ResNet50Train, view
 
 TOPK = (1, 5)
 
@@ -131,13 +131,14 @@ def evaluate(
 
     Writes metrics.json and per_class_accuracy.csv into `out_dir`.
     """
+    ev = view(ResNet50Evaluate, cfg["evaluate"], where="resnet50.evaluate")
     model, device, checkpoint = load_for_eval(model_dir, cfg, _model_from_checkpoint)
     dataset = IndexedImages(prepared, "val", EvalTransform(size=checkpoint["model"]["image_size"]))
     loader = make_loader(
         dataset,
-        batch_size=cfg["evaluate"]["batch_size"],
+        batch_size=ev.batch_size,
         shuffle=False,
-        workers=cfg["evaluate"]["loader_workers"],
+        workers=ev.loader_workers,
         pin_memory=device.backend != "cpu",
         seed=0,
         drop_last=False,

@@ -39,7 +39,7 @@ from accelpipe.metrics import SegmentationCounts
 from accelpipe.models import segmenter, vit_npz
 from accelpipe.models.segmentation_loss import segmentation_loss
 from accelpipe.models.ssd_loss import l2_loss
-from accelpipe.settings import SegmenterModel, SegmenterTrain, view
+from accelpipe.settings import SegmenterEvaluate, SegmenterModel, SegmenterTrain, view
 
 log = logging.getLogger(__name__)
 # architecture facts the train stage records and evaluation rebuilds the model from
@@ -257,10 +257,10 @@ def evaluate(
     Writes metrics.json, per_class_iou.csv and `evaluate.prediction_images` colourised
     predictions (prediction_<image>.png: image | ground truth | prediction).
     """
-    ev = cfg["evaluate"]
+    ev = view(SegmenterEvaluate, cfg["evaluate"], where="segmenter.evaluate")
     architecture = read_json(model_dir / "stage.json")["architecture"]
     window = architecture["image_size"]
-    stride = ev["stride"] or window
+    stride = ev.stride or window
     model, _ = tf_trainer.load_for_eval(
         model_dir, cfg, lambda: _build(architecture | {"drop_path": 0.0})
     )
@@ -269,9 +269,9 @@ def evaluate(
     images = 0
     for example in checked(eval_dataset(_shards(prepared, "val"))):
         image, label = example["image"].numpy(), example["label"].numpy()
-        pred = predict(model, image, window, ev["short_side"], stride, ev["batch_size"])
+        pred = predict(model, image, window, ev.short_side, stride, ev.batch_size)
         counts.update(pred, label)
-        if images < ev["prediction_images"]:
+        if images < ev.prediction_images:
             name = Path(example["filename"].numpy().decode()).stem
             _write_prediction(out_dir / f"prediction_{name}.png", image, label, pred)
         images += 1
@@ -282,7 +282,7 @@ def evaluate(
         "classes_scored": int(np.sum(~np.isnan(counts.per_class()["iou"]))),
         "note": (
             "mmseg mean_iou over the whole val set, single scale (short side "
-            f"{ev['short_side']}, windows {window} stride {stride}), fractions 0..1"
+            f"{ev.short_side}, windows {window} stride {stride}), fractions 0..1"
         ),
     }
     write_json(out_dir / "metrics.json", metrics)

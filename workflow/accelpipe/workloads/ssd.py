@@ -33,7 +33,7 @@ from accelpipe.models import ssd_resnet34
 from accelpipe.models.ssd_boxes import default_boxes
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss
 from accelpipe.models.ssd_postprocess import decode_detections
-from accelpipe.settings import SSDModel, SSDTrain, view
+from accelpipe.settings import SSDEvaluate, SSDModel, SSDTrain, view
 
 log = logging.getLogger(__name__)
 _COCO_STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
@@ -158,7 +158,7 @@ def evaluate(
 
     categories = _categories(prepared)
     ids = [c["id"] for c in categories]
-    ev = cfg["evaluate"]
+    ev = view(SSDEvaluate, cfg["evaluate"], where="ssd.evaluate")
     architecture = read_json(model_dir / "stage.json")["architecture"]
     if architecture["classes"] != len(ids):
         raise DataError(
@@ -167,7 +167,7 @@ def evaluate(
         )
     model, _ = tf_trainer.load_for_eval(model_dir, cfg, functools.partial(_build, architecture))
     detections: list[dict[str, Any]] = []
-    for batch in checked(eval_dataset(_shards(prepared, "val"), ids, ev["batch_size"])):
+    for batch in checked(eval_dataset(_shards(prepared, "val"), ids, ev.batch_size)):
         cls_logits, boxes = model(batch["image"], training=False)
         detections += decode_detections(
             cls_logits.numpy(),
@@ -175,9 +175,9 @@ def evaluate(
             batch["source_id"].numpy(),
             batch["size"].numpy(),
             ids,
-            score_threshold=ev["score_threshold"],
-            nms_iou=ev["nms_iou"],
-            max_detections=ev["max_detections"],
+            score_threshold=ev.score_threshold,
+            nms_iou=ev.nms_iou,
+            max_detections=ev.max_detections,
         )
     write_json(out_dir / "detections.json", detections)
     truth = COCO(str(prepared / "instances_val2017.json"))

@@ -27,7 +27,7 @@ from accelpipe.io import read_json, write_json
 from accelpipe.launch import torch_launch
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.swinunetr import build_model
-from accelpipe.settings import SwinUNETRTrain, view
+from accelpipe.settings import SwinUNETREvaluate, SwinUNETRTrain, view
 
 # The seed measured bf16 slower than fp16 on MI300X; elsewhere auto keeps the device default.
 AUTO_PRECISION = {"rocm": "fp16"}
@@ -96,19 +96,18 @@ def predict(
     roi: tuple[int, int, int],
 ) -> np.ndarray:
     """Binary mask (X, Y, Z) for one (1, X, Y, Z) volume by gaussian-blended sliding windows."""
-    ev = cfg["evaluate"]
+    ev = view(SwinUNETREvaluate, cfg["evaluate"], where="swinunetr.evaluate")
     with device.autocast():
         logits = sliding_window_inference(
             image[None].to(device.torch_device),
             roi_size=roi,
-            sw_batch_size=ev["sw_batch_size"],
+            sw_batch_size=ev.sw_batch_size,
             predictor=model,
-            overlap=ev["overlap"],
-            mode=ev["mode"],
+            overlap=ev.overlap,
+            mode=ev.mode,
         )
     assert isinstance(logits, torch.Tensor)  # the model's one output, not a tuple or dict
-    mask: torch.Tensor = torch.sigmoid(logits.float())[0, 0] > ev["threshold"]
-    return mask.cpu().numpy().astype(np.uint8)
+    return (torch.sigmoid(logits.float())[0, 0] > ev.threshold).cpu().numpy().astype(np.uint8)
 
 
 def evaluate(

@@ -30,7 +30,7 @@ from accelpipe.launch import torch_launch
 from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
-from accelpipe.settings import UNet2DModel, UNet2DTrain, view
+from accelpipe.settings import UNet2DEvaluate, UNet2DModel, UNet2DTrain, view
 
 
 def fold_of(run: str, n_folds: int) -> int:
@@ -143,6 +143,7 @@ def evaluate(
 
     Writes metrics.json, per_case_dice.csv and predictions/<case>.npy into `out_dir`.
     """
+    ev = view(UNet2DEvaluate, cfg["evaluate"], where="unet2d.evaluate")
     model, device, _ = load_for_eval(model_dir, cfg, _model_from_checkpoint)
     names = label_names(read_json(prepared / "config.json"))
     classes = tuple(names)
@@ -151,7 +152,7 @@ def evaluate(
     for case in split(prepared, run)["val"]:
         image = np.load(prepared / f"{case}_x.npy", mmap_mode="r")
         target = np.load(prepared / f"{case}_y.npy", mmap_mode="r")[0]
-        pred = predict_volume(model, device, image, cfg["evaluate"]["batch_size"])
+        pred = predict_volume(model, device, image, ev.batch_size)
         np.save(out_dir / "predictions" / f"{case}.npy", pred)
         rows.append((case, dice_per_class(pred, target, classes)))
     per_class = np.mean([d for _, d in rows], axis=0)
