@@ -6,7 +6,17 @@ import math
 
 import pytest
 
-from accelpipe.flops import KINDS, FlopCount, GemmResult, flop_count, gemm_flops, gemm_tflops
+from accelpipe.flops import (
+    KINDS,
+    MIN_PROBE_SIZE,
+    FlopCount,
+    GemmResult,
+    flop_count,
+    gemm_flops,
+    gemm_tflops,
+    probe_plan,
+    smaller_probe,
+)
 
 
 def test_flop_count_sums_the_kinds_and_divides_by_the_batch() -> None:
@@ -70,3 +80,19 @@ def test_gemm_result_as_dict_keeps_every_field() -> None:
         "tf32": False,
         "measured_by": "torch.matmul",
     }
+
+
+def test_a_probe_halves_while_its_timed_products_would_overrun_the_budget() -> None:
+    # 4 products of 0.3 s overrun 1 s: half the size; 4 of 0.2 s fit
+    assert smaller_probe(1024, 4, 0.3, 1.0) == 512
+    assert smaller_probe(1024, 4, 0.2, 1.0) is None
+    # never below the floor
+    assert smaller_probe(2 * MIN_PROBE_SIZE, 4, 10.0, 1.0) == MIN_PROBE_SIZE
+    assert smaller_probe(MIN_PROBE_SIZE, 4, 10.0, 1.0) is None
+
+
+def test_the_probe_plans_are_bounded() -> None:
+    for backend in ("cpu", "cuda", "rocm", "gaudi"):
+        plan = probe_plan(backend)
+        assert plan.size >= MIN_PROBE_SIZE and 1 <= plan.repeats <= 50 and plan.budget_s <= 10
+    assert probe_plan("cuda").size == 8192

@@ -82,6 +82,38 @@ class GemmResult:
         }
 
 
+@dataclass(frozen=True)
+class ProbePlan:
+    """What a matmul probe (`devices.torch_gemm`, `devices.tf_gemm`) starts from on a backend:
+    `repeats` timed products of one square `size`, halved (not below MIN_PROBE_SIZE) while a
+    warm product says they would take longer than `budget_s`. The budget is what bounds the
+    probe's cost: PyTorch's bf16 and fp16 matmuls on a CPU without bf16 instructions run near
+    1 GFLOP/s, so 4 products of 2048 took about two minutes of every such train stage."""
+
+    size: int
+    repeats: int
+    budget_s: float
+
+
+PROBE_PLANS = {"cpu": ProbePlan(size=1024, repeats=4, budget_s=1.0)}
+# cuBLAS and Habana's MME reach close to their best at 8192: a few ms a bf16 product on an
+# H100, tens of ms in fp32 on an A100
+ACCELERATOR_PROBE = ProbePlan(size=8192, repeats=20, budget_s=5.0)
+MIN_PROBE_SIZE = 256
+
+
+def probe_plan(backend: str) -> ProbePlan:
+    return PROBE_PLANS.get(backend, ACCELERATOR_PROBE)
+
+
+def smaller_probe(size: int, repeats: int, warm_product_s: float, budget_s: float) -> int | None:
+    """The size to try next, half of `size`, when `repeats` products taking `warm_product_s`
+    each would overrun `budget_s`; None when they fit or half is below MIN_PROBE_SIZE."""
+    if warm_product_s * repeats <= budget_s or size // 2 < MIN_PROBE_SIZE:
+        return None
+    return size // 2
+
+
 def gemm_flops(size: int) -> int:
     """FLOPs of one product of two size x size matrices: size**2 dot products of length
     size, each size multiplies and size adds (the usual 2 n^3; the exact count is

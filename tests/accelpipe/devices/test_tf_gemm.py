@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from accelpipe import flops
 from accelpipe.devices import tf_device, tf_gemm
 from accelpipe.keras2 import tf
 
@@ -47,14 +48,24 @@ def test_rate_is_two_n_cubed_times_repeats_over_the_clock() -> None:
     assert result.gemm_tflops == pytest.approx(2 * 64**3 * 4 / 2.0 / 1e12)
 
 
-def test_defaults_are_bounded_and_taken_per_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert tf_gemm.SIZES["cpu"] <= 4096 and tf_gemm.REPEATS["cpu"] <= 10
-    assert tf_gemm.ACCELERATOR_SIZE == 8192 and tf_gemm.ACCELERATOR_REPEATS <= 50
-    monkeypatch.setitem(tf_gemm.SIZES, "cpu", 48)
-    monkeypatch.setitem(tf_gemm.REPEATS, "cpu", 2)
+def test_defaults_are_the_backends_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(flops.PROBE_PLANS, "cpu", flops.ProbePlan(size=48, repeats=2, budget_s=1e9))
     device = tf_device.resolve("cpu", "fp32")
-    result = tf_gemm.measure_gemm_tflops(device, warmup=0, clock=_clock(0.0, 1.0))
+    result = tf_gemm.measure_gemm_tflops(device, clock=_clock(0.0, 1.0))
     assert (result.size, result.repeats) == (48, 2)
+
+
+def test_a_probe_over_its_budget_halves_its_size_down_to_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(
+        flops.PROBE_PLANS, "cpu", flops.ProbePlan(size=1024, repeats=2, budget_s=0.0)
+    )
+    device = tf_device.resolve("cpu", "bf16")
+    assert tf_gemm.measure_gemm_tflops(device).size == flops.MIN_PROBE_SIZE
+    # a size asked for is kept, and without a warm-up there is nothing to judge it by
+    assert tf_gemm.measure_gemm_tflops(device, size=512, repeats=1).size == 512
+    assert tf_gemm.measure_gemm_tflops(device, warmup=0).size == 1024
 
 
 def test_the_probe_leaves_the_global_random_stream_alone() -> None:

@@ -1,10 +1,11 @@
 """A measured matmul ceiling for TensorFlow: square products on the run's device and precision.
 
-The TensorFlow twin of devices.torch_gemm (same sizes, repetitions and result): eager
+The TensorFlow twin of devices.torch_gemm (the same plan, `flops.probe_plan`, and result): eager
 `tf.linalg.matmul` of two `size` x `size` matrices of the precision's dtype placed on the
 run's device (bf16 and fp16 as Keras' mixed policies compute; fp32 as TensorFlow leaves it,
 TF32 on Ampere and later GPUs unless switched off), a warm-up, then a fixed number of timed
-products. Eager ops on a GPU are queued on one stream, so reading one element of the last
+products (the plan's size halved while a warm product says they would overrun its budget).
+Eager ops on a GPU are queued on one stream, so reading one element of the last
 product back waits for all of them: that read ends the timing (and the warm-up). No graph:
 Grappler could merge identical products in a tf.function. Only the cpu path ran here.
 """
@@ -15,14 +16,10 @@ import time
 from collections.abc import Callable
 
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.flops import GemmResult, gemm_tflops
+from accelpipe.flops import GemmResult, gemm_tflops, probe_plan, smaller_probe
 from accelpipe.keras2 import tf
 
 MEASURED_BY = "tf.linalg.matmul (eager)"
-SIZES = {"cpu": 2048}  # anything else: ACCELERATOR_SIZE
-ACCELERATOR_SIZE = 8192
-REPEATS = {"cpu": 4}  # anything else: ACCELERATOR_REPEATS
-ACCELERATOR_REPEATS = 20
 WARMUP = 2
 _DTYPES = {"bf16": tf.bfloat16, "fp16": tf.float16, "fp32": tf.float32}
 
@@ -40,31 +37,55 @@ def _wait(product: tf.Tensor) -> None:
     product[0, 0].numpy()
 
 
+def _operands(size: int, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
+    # stateless: the run's random streams are left alone
+    a, b = (
+        tf.cast(tf.random.stateless_normal((size, size), seed=[0, seed]), dtype) for seed in (0, 1)
+    )
+    return a, b
+
+
+def _warm_up(a: tf.Tensor, b: tf.Tensor, products: int) -> float:
+    """Run `products` untimed products; the seconds the last one took (0.0 with none)."""
+    _wait(a)
+    seconds = 0.0
+    for _ in range(products):
+        start = time.perf_counter()
+        _wait(tf.linalg.matmul(a, b))
+        seconds = time.perf_counter() - start
+    return seconds
+
+
 def measure_gemm_tflops(
     device: TFDevice,
     *,
     size: int | None = None,
     repeats: int | None = None,
     warmup: int = WARMUP,
+    budget_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> GemmResult:
     """The rate of `repeats` products of two `size` x `size` matrices on `device` at its
-    precision, after `warmup` untimed ones (defaults per backend: SIZES, REPEATS)."""
-    backend = device.backend
-    size = size or SIZES.get(backend, ACCELERATOR_SIZE)
-    repeats = repeats or REPEATS.get(backend, ACCELERATOR_REPEATS)
+    precision, after `warmup` untimed ones. Defaults from the backend's `flops.probe_plan`,
+    whose size is halved while the warm-up says the timed products would overrun `budget_s`;
+    a `size` given is kept."""
+    plan = probe_plan(device.backend)
+    fits = size is not None or warmup == 0  # nothing to shrink, or nothing to judge by
+    size = size or plan.size
+    repeats = repeats or plan.repeats
+    budget_s = plan.budget_s if budget_s is None else budget_s
     dtype = _DTYPES[device.precision]
     with tf.device(device.device):
-        # stateless: the run's random streams are left alone
-        a, b = (
-            tf.cast(tf.random.stateless_normal((size, size), seed=[0, seed]), dtype)
-            for seed in (0, 1)
-        )
-        product = a
-        for _ in range(warmup):
-            product = tf.linalg.matmul(a, b)
-        _wait(product)
+        while True:
+            a, b = _operands(size, dtype)
+            warm = _warm_up(a, b, warmup)
+            smaller = None if fits else smaller_probe(size, repeats, warm, budget_s)
+            if smaller is None:
+                break
+            size = smaller
+        _wait(a)
         start = clock()
+        product = a
         for _ in range(repeats):
             product = tf.linalg.matmul(a, b)
         _wait(product)
@@ -76,6 +97,6 @@ def measure_gemm_tflops(
         seconds=seconds,
         dtype=dtype.name,
         precision=device.precision,
-        tf32=dtype == tf.float32 and tf32_switches(backend)["matmul"],
+        tf32=dtype == tf.float32 and tf32_switches(device.backend)["matmul"],
         measured_by=MEASURED_BY,
     )

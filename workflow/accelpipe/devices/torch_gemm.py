@@ -3,10 +3,10 @@
 `measure_gemm_tflops` multiplies two `size` x `size` matrices of the precision's dtype
 (bf16, fp16; fp32 as the framework's switches leave it: full fp32 matmuls by default,
 TF32 where allowed) a few times after a warm-up and reports the rate at 2 * size**3 FLOPs a
-product. It is a bounded probe, not a search for the best shape: a fixed number of products
-of one size (8192 on an accelerator, where cuBLAS and Habana's MME reach close to their best:
-20 products, a few ms each in bf16 on an H100 and tens of ms in fp32 on an A100; 2048 on the
-CPU, 4 products: about a second on 2 cores), so its cost is known in advance.
+product. It is a bounded probe, not a search for the best shape: the backend's plan
+(`flops.probe_plan`: 8192 on an accelerator, 1024 on the CPU) is halved while the last warm-up
+product says the timed ones would overrun the plan's budget, so its cost stays within a few
+budgets whatever the dtype's speed on the device.
 The device is synchronised before the clock starts and before it stops (CUDA and ROCm through
 torch.cuda, Gaudi through torch.hpu after a lazy-mode mark_step); only the cpu path ran here.
 """
@@ -19,13 +19,9 @@ from collections.abc import Callable
 import torch
 
 from accelpipe.devices.torch_device import Device
-from accelpipe.flops import GemmResult, gemm_tflops
+from accelpipe.flops import GemmResult, gemm_tflops, probe_plan, smaller_probe
 
 MEASURED_BY = "torch.matmul"
-SIZES = {"cpu": 2048}  # anything else: ACCELERATOR_SIZE
-ACCELERATOR_SIZE = 8192
-REPEATS = {"cpu": 4}  # anything else: ACCELERATOR_REPEATS
-ACCELERATOR_REPEATS = 20
 WARMUP = 2
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -64,27 +60,50 @@ def _operand(size: int, dtype: torch.dtype, device: Device, seed: int) -> torch.
         return matrix.to(dtype).to(device.torch_device)
 
 
+def _warm_up(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, device: Device, products: int
+) -> float:
+    """Run `products` untimed products; the seconds the last one took (0.0 with none)."""
+    seconds = 0.0
+    for _ in range(products):
+        _synchronize(device)
+        start = time.perf_counter()
+        torch.matmul(a, b, out=out)
+        device.mark_step()
+        _synchronize(device)
+        seconds = time.perf_counter() - start
+    return seconds
+
+
 def measure_gemm_tflops(
     device: Device,
     *,
     size: int | None = None,
     repeats: int | None = None,
     warmup: int = WARMUP,
+    budget_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> GemmResult:
     """The rate of `repeats` products of two `size` x `size` matrices on `device` at its
-    precision, after `warmup` untimed ones (defaults per backend: SIZES, REPEATS)."""
-    backend = device.backend
-    size = size or SIZES.get(backend, ACCELERATOR_SIZE)
-    repeats = repeats or REPEATS.get(backend, ACCELERATOR_REPEATS)
+    precision, after `warmup` untimed ones. Defaults from the backend's `flops.probe_plan`,
+    whose size is halved while the warm-up says the timed products would overrun `budget_s`;
+    a `size` given is kept."""
+    plan = probe_plan(device.backend)
+    fits = size is not None or warmup == 0  # nothing to shrink, or nothing to judge by
+    size = size or plan.size
+    repeats = repeats or plan.repeats
+    budget_s = plan.budget_s if budget_s is None else budget_s
     dtype = _DTYPES[device.precision]
-    a = _operand(size, dtype, device, 0)
-    b = _operand(size, dtype, device, 1)
-    out = torch.empty_like(a)
     with torch.no_grad():
-        for _ in range(warmup):
-            torch.matmul(a, b, out=out)
-            device.mark_step()
+        while True:
+            a = _operand(size, dtype, device, 0)
+            b = _operand(size, dtype, device, 1)
+            out = torch.empty_like(a)
+            warm = _warm_up(a, b, out, device, warmup)
+            smaller = None if fits else smaller_probe(size, repeats, warm, budget_s)
+            if smaller is None:
+                break
+            size = smaller
         _synchronize(device)
         start = clock()
         for _ in range(repeats):
@@ -92,7 +111,7 @@ def measure_gemm_tflops(
             device.mark_step()
         _synchronize(device)
         seconds = clock() - start
-    tf32 = dtype == torch.float32 and tf32_switches(backend)["matmul"]
+    tf32 = dtype == torch.float32 and tf32_switches(device.backend)["matmul"]
     return GemmResult(
         gemm_tflops=gemm_tflops(size, repeats, seconds),
         size=size,
