@@ -235,6 +235,8 @@ def load_slice(text: str) -> dict[str, Any]:
 
 # the workload sections of a train slice (those the workload's schema has)
 TRAIN_SECTIONS = ("model", "train", "profile", "transforms")
+# what a train slice adds where the run evaluates inside training (train.eval_every)
+EVAL_IN_TRAINING_SECTIONS = ("evaluate", "target")
 # workload settings that make other runs: not part of any one run's slices
 NOT_RUN_SETTINGS = ("runs", "grid", "benchmark")
 
@@ -269,9 +271,10 @@ def _run_stage_schema(stage: str, workload: str) -> dict[str, Any]:
     root = schema()["properties"]
     own = _block(registry.workload(workload).name)
     if stage == "train":  # a run's, or a benchmark row's
-        return _sections(
-            {"backend": root["backend"]} | {k: own[k] for k in TRAIN_SECTIONS if k in own}
-        )
+        sections = {"backend": root["backend"]} | {k: own[k] for k in TRAIN_SECTIONS if k in own}
+        # present only where the run evaluates inside training: never filled in
+        evaluating = {k: _undefaulted(own[k]) for k in EVAL_IN_TRAINING_SECTIONS if k in own}
+        return _sections(sections | evaluating) | {"required": sorted(sections)}
     if stage == "evaluate":
         train = _resolve(own["train"])["properties"]
         precision = {k: train[k] for k in ("precision", "channels_last") if k in train}

@@ -42,6 +42,7 @@ import yaml
 from accelpipe import registry
 from accelpipe.devices import device_family, peaks
 from accelpipe.devices.power import Energy, joules_per_1000_samples
+from accelpipe.engines.evaluations import EVAL_LOG
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
 from accelpipe.provenance import STAGE_FILE
@@ -70,6 +71,12 @@ DEFINITIONS = {
     "gemm_fraction": (
         "model TFLOP/s over the matmul ceiling measured on the run's device and precision "
         "(gemm.gemm_tflops x devices)"
+    ),
+    "time_to_target_s": (
+        "seconds from the run's start (model, data and probe ready) to the end of the first "
+        "evaluation inside training that reached the quality target, training and evaluation "
+        "included (MLPerf's time to train); a resumed run counts each attempt up to its last "
+        "checkpoint"
     ),
     "energy": (
         "joules the run's devices used over the measured steps (train_log.csv's energy_j: "
@@ -524,6 +531,38 @@ def _rounded(value: float | None) -> float | None:
     return float(f"{value:.4g}") if value is not None else None  # 4 significant digits
 
 
+def time_to_target(eval_log: Path) -> dict[str, Any]:
+    """`time_to_target_s`: the run's seconds at the first evaluation in eval_log.csv that
+    reached the target, else None; `time_to_target` says which evaluation, or why none."""
+    if not eval_log.exists():
+        return {
+            "time_to_target_s": None,
+            "time_to_target": {"not_reached": "no evaluation inside training (train.eval_every)"},
+        }
+    with eval_log.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        if row["reached"] == "1":
+            at = {k: row[k] for k in ("epoch", "step", "samples")}
+            detail = {k: int(v) for k, v in at.items()} | {
+                "metric": row["metric"],
+                "value": float(row["value"]),
+                "target": float(row["target"]),
+                "evaluations": rows.index(row) + 1,
+            }
+            return {"time_to_target_s": float(row["run_s"]), "time_to_target": detail}
+    last = rows[-1] if rows else None
+    reason = (
+        "no evaluation"
+        if last is None
+        else (
+            f"not reached in {len(rows)} evaluations, the last after epoch {last['epoch']}: "
+            f"{last['metric']} {last['value'] or 'none'} against {last['target'] or 'no target'}"
+        )
+    )
+    return {"time_to_target_s": None, "time_to_target": {"not_reached": reason}}
+
+
 def run_performance(
     stage_dirs: dict[str, Path], config_slice: dict[str, Any], workload: str, run: str
 ) -> dict[str, Any]:
@@ -554,6 +593,7 @@ def run_performance(
         "compute": compute(train, headline),
         "energy": energy(train, stats),
         "time_to_train_s": train["seconds"],
+        **time_to_target(stage_dirs["train"] / EVAL_LOG),
         "peak_device_memory_bytes": train.get("peak_device_memory_bytes"),
         "device_memory_source": train.get("device_memory_source"),
         "peak_host_rss_bytes": train.get("peak_host_rss_bytes"),

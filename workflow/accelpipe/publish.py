@@ -10,6 +10,7 @@ from typing import Any
 
 from accelpipe import curves, performance, provenance, registry
 from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
+from accelpipe.engines.evaluations import EVAL_LOG
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
 
@@ -63,6 +64,8 @@ def publish_run(
             if not source.exists():
                 raise DataError(f"{source}: missing output of stage '{stage}'")
             shutil.copy2(source, tmp / target)
+        if (stage_dirs["train"] / EVAL_LOG).exists():  # evaluations inside training
+            shutil.copy2(stage_dirs["train"] / EVAL_LOG, tmp / EVAL_LOG)
         for table in _evaluation_tables(stage_dirs["evaluate"]):
             shutil.copy2(table, tmp / table.name)
         _copy_profiler_outputs(stage_dirs["trace"], tmp)

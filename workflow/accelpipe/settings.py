@@ -117,6 +117,8 @@ class TorchTrain(TrainSettings):
     scheduler: str
     warmup_epochs: float
     poly_power: float
+    eval_every: int  # epochs; 0: no evaluation inside training (engines.evaluations)
+    stop_at_target: bool
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from accelpipe import performance, registry, targets
-from accelpipe.config import NOT_RUN_SETTINGS, TRAIN_SECTIONS, run_model, run_train
+from accelpipe.config import (
+    EVAL_IN_TRAINING_SECTIONS,
+    NOT_RUN_SETTINGS,
+    TRAIN_SECTIONS,
+    run_model,
+    run_train,
+)
 
 
 def raw(config: dict[str, Any], dataset: str) -> dict[str, Any]:
@@ -42,8 +48,13 @@ def workload_settings(config: dict[str, Any], workload: str, run: str) -> dict[s
 
 
 def train(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
+    """A run's train slice; the evaluate settings and the target only where it evaluates
+    inside training (so that without, they do not re-run training)."""
     block = workload_settings(config, workload, run)
-    return {"backend": config["backend"]} | {k: block[k] for k in TRAIN_SECTIONS if k in block}
+    sections = TRAIN_SECTIONS + (
+        EVAL_IN_TRAINING_SECTIONS if block["train"].get("eval_every") else ()
+    )
+    return {"backend": config["backend"]} | {k: block[k] for k in sections if k in block}
 
 
 def evaluate(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
@@ -86,6 +97,8 @@ def benchmark_row(config: dict[str, Any], workload: str, row: str) -> dict[str, 
         "steps_per_epoch": bench["warmup_steps"] + bench["steps"],
         "log_every": 1,
     }
+    if "eval_every" in train_settings:  # a row measures training alone
+        train_settings["eval_every"] = 0
     profile = block.get("profile", {}) | {"enabled": False}
     keys = ("model", "transforms")
     return (

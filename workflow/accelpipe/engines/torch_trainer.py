@@ -44,6 +44,7 @@ from accelpipe.engines import (
     run_facts,
     torch_flops,
 )
+from accelpipe.engines.evaluations import Evaluations, InTrainingEval, RunClock, due
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
     SECTIONS,
@@ -87,6 +88,8 @@ class TrainJob:
     find_unused_parameters: bool = False
     checkpoint: dict[str, Any] = field(default_factory=dict)  # saved in model.pt beside weights
     facts: dict[str, Any] = field(default_factory=dict)  # added to the train stage.json
+    # scores the bare model on the validation split (train.eval_every > 0 needs it)
+    evaluation: InTrainingEval | None = None
 
 
 # workload hook: (its train settings, device, process group) -> the job to run
@@ -151,7 +154,7 @@ def run_training(
                 resumed_from=resumed_from,
                 world_size=ctx.world_size,
                 global_batch=train_cfg.batch_size,
-                job_facts=job.facts,
+                job_facts=job.facts | trainer.evaluation_facts(),
                 flops=trainer.flops,
                 gemm=gemm,
                 power=energy,
@@ -225,12 +228,24 @@ class Trainer:
         self.scaler = device.grad_scaler()  # fp16 only: bf16 and fp32 need no loss scaling
         self.epoch = 0
         self.step = 0
+        self.clock = RunClock()
+        self.evaluations = self._evaluations({})
+        self.target_reached = False  # an evaluation reached the quality target
         # FLOPs of this process's first step, counted while it runs (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "torch.compile: FlopCounterMode sees the compiled graph's ops only"}
             if cfg.compile
             else None
         )
+
+    def _evaluations(self, state: dict[str, Any]) -> Evaluations | None:
+        """The run's evaluations (none without train.eval_every); a job that cannot evaluate
+        while training is a config error the workload's schema prevents."""
+        if self.cfg.eval_every == 0:
+            return None
+        if self.job.evaluation is None:
+            raise ValueError("train.eval_every is set, but the workload gave no evaluation")
+        return Evaluations.resumed(self.work_dir, state, writes=self.dist.is_main)
 
     def _replicate(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.dist.world_size == 1:
@@ -258,6 +273,8 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "torch_rng": torch.random.get_rng_state(),
+            "run_s": self.clock.seconds(),
+            **(self.evaluations.state() if self.evaluations is not None else {}),
         }
         tmp = self.work_dir / (CHECKPOINT + ".tmp")
         torch.save(state, tmp)
@@ -279,14 +296,21 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         torch.random.set_rng_state(state["torch_rng"])
         self.epoch, self.step = state["epoch"], state["step"]
+        self.clock = RunClock(state.get("run_s", 0.0))
+        self.evaluations = self._evaluations(state)
+        # every rank loads the same rows, so every rank agrees
+        self.target_reached = self.evaluations is not None and self.evaluations.reached
         if self.dist.is_main:
             truncate_log(self.work_dir, self.step)
         return True
 
     # -- the loop ------------------------------------------------------------
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:
+        """Train to the last epoch, or to the first evaluation that reaches the target with
+        train.stop_at_target; the run's clock starts here (initialisation is done)."""
+        self.clock.start()
         with self._open_log() as (log_file, writer), self._profiler() as prof:
-            while self.epoch < self.cfg.epochs:
+            while self.epoch < self.cfg.epochs and not self.stopped_at_target:
                 started = time.perf_counter()
                 mean_loss, samples = self._run_epoch(writer, prof)
                 self.epoch += 1
@@ -300,9 +324,49 @@ class Trainer:
                         mean_loss,
                         rate,
                     )
+                self._evaluate()
                 self._save_checkpoint()
                 if on_epoch_end is not None:
                     on_epoch_end(self.epoch)
+
+    @property
+    def stopped_at_target(self) -> bool:
+        return self.cfg.stop_at_target and self.target_reached
+
+    def _evaluate(self) -> None:
+        """After a due epoch, rank 0 scores the bare model and logs it; every rank learns
+        whether that evaluation reached the target (the others wait for it)."""
+        if self.evaluations is None or not due(self.epoch, self.cfg.epochs, self.cfg.eval_every):
+            return
+        assert self.job.evaluation is not None  # _evaluations checked it
+        reached = False
+        if self.dist.is_main:
+            started = time.perf_counter()
+            self.model.eval()
+            with torch.no_grad():
+                metrics = self.job.evaluation.score(self.model)
+            self.model.train()
+            reached = self.evaluations.add(
+                metrics,
+                self.job.evaluation.target,
+                epoch=self.epoch,
+                step=self.step,
+                samples=self.step * self.cfg.batch_size,
+                eval_s=time.perf_counter() - started,
+                run_s=self.clock.seconds(),
+            )
+            log.info("evaluation after epoch %d: %s", self.epoch, self.evaluations.rows[-1])
+        if self.dist.rank0_flag(reached, self.device.torch_device):
+            self.target_reached = True
+
+    def evaluation_facts(self) -> dict[str, Any]:
+        """stage.json's account of the evaluations inside training."""
+        if self.evaluations is None:
+            return {}
+        return {
+            "evaluations": len(self.evaluations.rows),
+            "stopped_at_target": self.stopped_at_target,
+        }
 
     @contextlib.contextmanager
     def _open_log(self) -> Iterator[tuple[Any, LogWriter | None]]:

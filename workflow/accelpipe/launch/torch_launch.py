@@ -98,6 +98,17 @@ class DistContext:
         dist.all_reduce(total, op=dist.ReduceOp.SUM)  # ReduceOp.AVG is nccl-only
         return total / self.world_size
 
+    def rank0_flag(self, flag: bool, device: torch.device) -> bool:
+        """Rank 0's `flag` on every rank (a decision only rank 0 could take); `device`: where
+        the collective's tensor must live (the accelerator for nccl and hccl)."""
+        if self.world_size == 1:
+            return flag
+        import torch.distributed as dist
+
+        value = torch.tensor([1.0 if flag and self.is_main else 0.0], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)  # gloo and nccl: rank 0's alone is set
+        return bool(value.item() > 0)
+
     def barrier(self) -> None:
         if self.world_size > 1:
             import torch.distributed as dist

@@ -18,7 +18,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from accelpipe import quality
 from accelpipe.devices import torch_device
+from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs.imagefolder import EvalTransform, IndexedImages, TrainTransform, make_loader
 from accelpipe.io import read_json, write_json
@@ -84,6 +86,13 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             return _epoch_batches(loader, sampler, epoch, steps)
 
         loss = torch.nn.CrossEntropyLoss(label_smoothing=train_cfg.label_smoothing)
+        evaluation = None
+        if train_cfg.eval_every:
+            ev = view(ResNet50Evaluate, cfg["evaluate"], where="resnet50.evaluate")
+            evaluation = InTrainingEval(
+                lambda model: _scores(model, device, prepared, ev, size, index["classes"])[0],
+                quality.target_for("resnet50", cfg["target"]),
+            )
         return TrainJob(
             build_model(cfg["model"], index["classes"]),
             loss,
@@ -91,6 +100,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             steps,
             checkpoint={"model": cfg["model"], "classes": index["classes"]},
             facts={"train_images": len(dataset), "classes": index["classes"]},
+            evaluation=evaluation,
         )
 
     return run_training(
@@ -124,16 +134,18 @@ def _count_correct(
     return hits, class_hits, class_seen
 
 
-def evaluate(
-    prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path
-) -> dict[str, Any]:
-    """Top-1 / top-5 on the validation split (resize + centre crop).
-
-    Writes metrics.json and per_class_accuracy.csv into `out_dir`.
-    """
-    ev = view(ResNet50Evaluate, cfg["evaluate"], where="resnet50.evaluate")
-    model, device, checkpoint = load_for_eval(model_dir, cfg, _model_from_checkpoint)
-    dataset = IndexedImages(prepared, "val", EvalTransform(size=checkpoint["model"]["image_size"]))
+def _scores(
+    model: torch.nn.Module,
+    device: torch_device.Device,
+    prepared: Path,
+    ev: ResNet50Evaluate,
+    image_size: int,
+    classes: int,
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """Top-1 / top-5 of `model` on the validation split (resize + centre crop), and the
+    per-class (top-1 hits, images): the evaluate stage's scoring, and the train stage's
+    inside training."""
+    dataset = IndexedImages(prepared, "val", EvalTransform(size=image_size))
     loader = make_loader(
         dataset,
         batch_size=ev.batch_size,
@@ -143,20 +155,33 @@ def evaluate(
         seed=0,
         drop_last=False,
     )
-    hits, class_hits, class_seen = _count_correct(model, device, loader, checkpoint["classes"])
+    hits, class_hits, class_seen = _count_correct(model, device, loader, classes)
     n = len(dataset)
     metrics = {
-        "workload": "resnet50",
-        "run": run,
         "metric": "top1",
         "top1": round(hits[1] / n, 6),
         "top5": round(hits[5] / n, 6),
         "n_images": n,
-        "classes": checkpoint["classes"],
-        "chance_top1": round(1 / checkpoint["classes"], 6),
+        "classes": classes,
+        "chance_top1": round(1 / classes, 6),
         "note": "fractions 0..1 of validation images whose label is the top (top1) or among the "
         "five top (top5) predictions; resize to size/0.875 and centre crop",
     }
+    return metrics, class_hits, class_seen
+
+
+def evaluate(
+    prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path
+) -> dict[str, Any]:
+    """Top-1 / top-5 on the validation split (resize + centre crop).
+
+    Writes metrics.json and per_class_accuracy.csv into `out_dir`.
+    """
+    ev = view(ResNet50Evaluate, cfg["evaluate"], where="resnet50.evaluate")
+    model, device, checkpoint = load_for_eval(model_dir, cfg, _model_from_checkpoint)
+    size, classes = checkpoint["model"]["image_size"], checkpoint["classes"]
+    scores, class_hits, class_seen = _scores(model, device, prepared, ev, size, classes)
+    metrics = {"workload": "resnet50", "run": run} | scores
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "metrics.json", metrics)
     wnids = read_json(prepared / "classes.json")["wnids"]

@@ -20,7 +20,9 @@ import torch
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
+from accelpipe import quality
 from accelpipe.devices import torch_device
+from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs import volumes
 from accelpipe.io import read_json, write_json
@@ -72,6 +74,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             steps,
             checkpoint={"model": cfg["model"], "transforms": cfg["transforms"], "label": label},
             facts={"train_volumes": len(items), "crops_per_volume": train["num_samples"]},
+            evaluation=_in_training(cfg, train_cfg, device, prepared, settings, label),
         )
 
     return run_training(
@@ -81,6 +84,25 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
         make_job,
         AUTO_PRECISION,
     )
+
+
+def _in_training(
+    cfg: dict[str, Any],
+    train_cfg: SwinUNETRTrain,
+    device: torch_device.Device,
+    prepared: Path,
+    settings: volumes.VolumeSettings,
+    label: str,
+) -> InTrainingEval | None:
+    """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
+    if not train_cfg.eval_every:
+        return None
+
+    def score(model: torch.nn.Module) -> dict[str, Any]:
+        dice = [d for *_, d in _scored_cases(model, device, prepared, cfg, settings)]
+        return _dice_metrics(cfg, label, dice)
+
+    return InTrainingEval(score, quality.target_for("swinunetr", cfg["target"]))
 
 
 def _model_from_checkpoint(checkpoint: dict[str, Any]) -> torch.nn.Module:
@@ -110,6 +132,37 @@ def predict(
     return (torch.sigmoid(logits.float())[0, 0] > ev.threshold).cpu().numpy().astype(np.uint8)
 
 
+def _scored_cases(
+    model: torch.nn.Module,
+    device: torch_device.Device,
+    prepared: Path,
+    cfg: dict[str, Any],
+    settings: volumes.VolumeSettings,
+) -> Iterator[tuple[str, np.ndarray, np.ndarray, float]]:
+    """(patient, predicted mask, affine, Dice) of each validation volume, in the resampled
+    (training) space."""
+    transform = volumes.eval_transforms(settings)
+    for item in volumes.datalist(prepared, "validation"):
+        data = transform(item)
+        pred = predict(model, device, data["image"].as_tensor(), cfg, settings.roi)
+        target = data["label"].as_tensor()[0].numpy().astype(np.uint8)
+        name = item.get("patient") or Path(item["image"]).name.split(".")[0]
+        affine = np.asarray(data["image"].affine, dtype=np.float64)
+        yield name, pred, affine, float(dice_per_class(pred, target, (1,))[0])
+
+
+def _dice_metrics(cfg: dict[str, Any], label: str, dice: list[float]) -> dict[str, Any]:
+    return {
+        "metric": "dice",
+        "dice": {label: round(float(np.mean(dice)), 6)},
+        "mean_dice": round(float(np.mean(dice)), 6),
+        "n_cases": len(dice),
+        "note": f"Dice fraction 0..1 of the {label} mask per validation volume (sigmoid > "
+        f"{cfg['evaluate']['threshold']}, sliding window {cfg['evaluate']['mode']}, overlap "
+        f"{cfg['evaluate']['overlap']}), averaged; an empty mask predicted empty scores 1",
+    }
+
+
 def evaluate(
     prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path
 ) -> dict[str, Any]:
@@ -121,32 +174,16 @@ def evaluate(
         model_dir, cfg, _model_from_checkpoint, AUTO_PRECISION
     )
     settings = _settings(checkpoint, checkpoint["model"])
-    transform = volumes.eval_transforms(settings)
     (out_dir / "predictions").mkdir(parents=True)
     rows = []
-    for item in volumes.datalist(prepared, "validation"):
-        data = transform(item)
-        pred = predict(model, device, data["image"].as_tensor(), cfg, settings.roi)
-        target = data["label"].as_tensor()[0].numpy().astype(np.uint8)
-        name = item.get("patient") or Path(item["image"]).name.split(".")[0]
-        affine = np.asarray(data["image"].affine, dtype=np.float64)
+    for name, pred, affine, dice in _scored_cases(model, device, prepared, cfg, settings):
         # nibabel ships py.typed but leaves Nifti1Image.__init__ unannotated
         nifti = nib.Nifti1Image(pred, affine)  # type: ignore[no-untyped-call]
         nib.save(nifti, out_dir / "predictions" / f"{name}.nii.gz")
-        rows.append((name, float(dice_per_class(pred, target, (1,))[0])))
+        rows.append((name, dice))
     label = checkpoint["label"]
-    dice = [d for _, d in rows]
-    metrics = {
-        "workload": "swinunetr",
-        "run": run,
-        "metric": "dice",
-        "dice": {label: round(float(np.mean(dice)), 6)},
-        "mean_dice": round(float(np.mean(dice)), 6),
-        "n_cases": len(rows),
-        "note": f"Dice fraction 0..1 of the {label} mask per validation volume (sigmoid > "
-        f"{cfg['evaluate']['threshold']}, sliding window {cfg['evaluate']['mode']}, overlap "
-        f"{cfg['evaluate']['overlap']}), averaged; an empty mask predicted empty scores 1",
-    }
+    scores = _dice_metrics(cfg, label, [d for _, d in rows])
+    metrics = {"workload": "swinunetr", "run": run} | scores
     write_json(out_dir / "metrics.json", metrics)
     with (out_dir / "per_case_dice.csv").open("w", newline="") as f:
         writer = csv.writer(f)

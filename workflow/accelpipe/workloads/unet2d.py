@@ -14,14 +14,17 @@ follows, but does not equal, the one-process run. Evaluation stays one process.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
 
+from accelpipe import quality
 from accelpipe.config import split_fold
 from accelpipe.devices import torch_device
+from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.errors import ConfigError
 from accelpipe.inputs.slices import SliceBatches
@@ -104,10 +107,28 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             steps,
             checkpoint={"model": cfg["model"], "data": data_cfg, "run": run},
             facts={"train_cases": len(cases)},
+            evaluation=_in_training(cfg, train_cfg, device, prepared, run),
         )
 
     return run_training(
         cfg, view(UNet2DTrain, cfg["train"], where="unet2d.train"), work_dir, make_job
+    )
+
+
+def _in_training(
+    cfg: dict[str, Any],
+    train_cfg: UNet2DTrain,
+    device: torch_device.Device,
+    prepared: Path,
+    run: str,
+) -> InTrainingEval | None:
+    """The fold's evaluations inside training (train.eval_every), scored as `evaluate` does."""
+    if not train_cfg.eval_every:
+        return None
+    ev = view(UNet2DEvaluate, cfg["evaluate"], where="unet2d.evaluate")
+    return InTrainingEval(
+        lambda model: score(model, device, prepared, run, ev.batch_size),
+        quality.target_for("unet2d", cfg["target"]),
     )
 
 
@@ -136,6 +157,44 @@ def predict_volume(
     return torch.cat(labels).numpy()
 
 
+def _scored_cases(
+    model: torch.nn.Module, device: torch_device.Device, prepared: Path, run: str, batch_size: int
+) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    """(case, predicted label map, Dice per foreground label) of each validation volume of the
+    run's fold."""
+    classes = tuple(label_names(read_json(prepared / "config.json")))
+    for case in split(prepared, run)["val"]:
+        image = np.load(prepared / f"{case}_x.npy", mmap_mode="r")
+        target = np.load(prepared / f"{case}_y.npy", mmap_mode="r")[0]
+        pred = predict_volume(model, device, image, batch_size)
+        yield case, pred, dice_per_class(pred, target, classes)
+
+
+def _dice_metrics(names: dict[int, str], rows: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
+    """The metrics of the cases' Dice rows: per label and their mean, averaged over cases."""
+    per_class = np.mean([d for _, d in rows], axis=0)
+    listed = ", ".join(f"{c} {name}" for c, name in names.items())
+    return {
+        "metric": "dice",
+        "dice": {str(c): round(float(v), 6) for c, v in zip(names, per_class, strict=True)},
+        "labels": {str(c): name for c, name in names.items()},
+        "mean_dice": round(float(per_class.mean()), 6),
+        "n_cases": len(rows),
+        "note": f"Dice fractions 0..1 per label ({listed}), averaged over validation volumes; "
+        "a label absent from target and prediction scores 1",
+    }
+
+
+def score(
+    model: torch.nn.Module, device: torch_device.Device, prepared: Path, run: str, batch_size: int
+) -> dict[str, Any]:
+    """The evaluate stage's metrics of `model` as it is (the train stage's evaluations)."""
+    rows = [
+        (case, dice) for case, _, dice in _scored_cases(model, device, prepared, run, batch_size)
+    ]
+    return _dice_metrics(label_names(read_json(prepared / "config.json")), rows)
+
+
 def evaluate(
     prepared: Path, run: str, cfg: dict[str, Any], model_dir: Path, out_dir: Path
 ) -> dict[str, Any]:
@@ -146,28 +205,12 @@ def evaluate(
     ev = view(UNet2DEvaluate, cfg["evaluate"], where="unet2d.evaluate")
     model, device, _ = load_for_eval(model_dir, cfg, _model_from_checkpoint)
     names = label_names(read_json(prepared / "config.json"))
-    classes = tuple(names)
     (out_dir / "predictions").mkdir(parents=True)
     rows = []
-    for case in split(prepared, run)["val"]:
-        image = np.load(prepared / f"{case}_x.npy", mmap_mode="r")
-        target = np.load(prepared / f"{case}_y.npy", mmap_mode="r")[0]
-        pred = predict_volume(model, device, image, ev.batch_size)
+    for case, pred, dice in _scored_cases(model, device, prepared, run, ev.batch_size):
         np.save(out_dir / "predictions" / f"{case}.npy", pred)
-        rows.append((case, dice_per_class(pred, target, classes)))
-    per_class = np.mean([d for _, d in rows], axis=0)
-    listed = ", ".join(f"{c} {name}" for c, name in names.items())
-    metrics = {
-        "workload": "unet2d",
-        "run": run,
-        "metric": "dice",
-        "dice": {str(c): round(float(v), 6) for c, v in zip(classes, per_class, strict=True)},
-        "labels": {str(c): name for c, name in names.items()},
-        "mean_dice": round(float(per_class.mean()), 6),
-        "n_cases": len(rows),
-        "note": f"Dice fractions 0..1 per label ({listed}), averaged over validation volumes; "
-        "a label absent from target and prediction scores 1",
-    }
+        rows.append((case, dice))
+    metrics = {"workload": "unet2d", "run": run} | _dice_metrics(names, rows)
     write_json(out_dir / "metrics.json", metrics)
     with (out_dir / "per_case_dice.csv").open("w", newline="") as f:
         writer = csv.writer(f)

@@ -1,0 +1,82 @@
+"""Evaluation inside training, engine-free: the schedule, eval_log.csv rows, the run clock."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import pytest
+
+from accelpipe.engines.evaluations import EVAL_FIELDS, EVAL_LOG, Evaluations, RunClock, due
+from accelpipe.quality import QualityTarget
+
+TARGET = QualityTarget("resnet50", "top1", 0.5, "a test", "top-1 of the test")
+
+
+def _rows(work: Path) -> list[dict[str, str]]:
+    with (work / EVAL_LOG).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(
+    ("every", "epochs", "expected"),
+    [(1, 3, [1, 2, 3]), (2, 5, [2, 4, 5]), (4, 4, [4]), (3, 2, [2]), (0, 3, [])],
+)
+def test_due_every_nth_epoch_and_the_last(every: int, epochs: int, expected: list[int]) -> None:
+    assert [e for e in range(1, epochs + 1) if due(e, epochs, every)] == expected
+
+
+def test_each_evaluation_is_a_row_judged_against_the_target(tmp_path: Path) -> None:
+    evaluations = Evaluations(tmp_path, [], writes=True)
+    assert _rows(tmp_path) == []  # the header from the start: no stale log survives
+    common = {"eval_s": 0.25, "run_s": 10.0}
+    assert not evaluations.add({"top1": 0.25}, TARGET, epoch=1, step=4, samples=32, **common)
+    assert evaluations.add({"top1": 0.5}, TARGET, epoch=2, step=8, samples=64, **common)
+    rows = _rows(tmp_path)
+    assert list(rows[0]) == list(EVAL_FIELDS)
+    assert [(r["epoch"], r["value"], r["target"], r["reached"]) for r in rows] == [
+        ("1", "0.25", "0.5", "0"),
+        ("2", "0.5", "0.5", "1"),
+    ]
+    assert evaluations.reached
+
+
+def test_without_a_target_or_a_value_nothing_is_reached(tmp_path: Path) -> None:
+    evaluations = Evaluations(tmp_path, [], writes=True)
+    unpublished = QualityTarget("swinunetr", "mean_dice", None, "none", "mean Dice")
+    assert not evaluations.add(
+        {"mean_dice": 0.9}, unpublished, epoch=1, step=1, samples=1, eval_s=0.0, run_s=1.0
+    )
+    assert not evaluations.add({}, TARGET, epoch=2, step=2, samples=2, eval_s=0.0, run_s=2.0)
+    assert [(r["target"], r["value"], r["reached"]) for r in _rows(tmp_path)] == [
+        ("", "0.9", ""),
+        ("0.5", "", ""),
+    ]
+    assert not evaluations.reached
+
+
+def test_a_resumed_log_is_the_checkpoints_rows_whatever_the_file_holds(tmp_path: Path) -> None:
+    first = Evaluations(tmp_path, [], writes=True)
+    first.add({"top1": 0.1}, TARGET, epoch=1, step=4, samples=32, eval_s=0.1, run_s=5.0)
+    state = first.state()
+    first.add({"top1": 0.2}, TARGET, epoch=2, step=8, samples=64, eval_s=0.1, run_s=9.0)
+    # killed before the checkpoint after epoch 2: the file has a row the checkpoint has not
+    resumed = Evaluations.resumed(tmp_path, state, writes=True)
+    assert [r["epoch"] for r in _rows(tmp_path)] == ["1"]
+    resumed.add({"top1": 0.2}, TARGET, epoch=2, step=8, samples=64, eval_s=0.1, run_s=8.0)
+    assert [r["epoch"] for r in _rows(tmp_path)] == ["1", "2"]
+
+
+def test_a_process_that_does_not_write_leaves_the_file_alone(tmp_path: Path) -> None:
+    evaluations = Evaluations(tmp_path, [], writes=False)
+    evaluations.add({"top1": 0.9}, TARGET, epoch=1, step=1, samples=1, eval_s=0.0, run_s=1.0)
+    assert not (tmp_path / EVAL_LOG).exists() and evaluations.reached
+
+
+def test_the_run_clock_adds_this_attempts_time_to_what_the_checkpoint_carried() -> None:
+    clock = RunClock(carried_s=100.0)
+    assert clock.seconds() == 100.0  # not started: initialisation is not counted
+    clock.start()
+    time.sleep(0.01)
+    assert clock.seconds() >= 100.01
