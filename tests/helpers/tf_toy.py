@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from accelpipe.devices.tf_device import TFDevice
+from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.keras2 import keras, tf
 from accelpipe.launch.tf_launch import InputShard
+from accelpipe.quality import QualityTarget
 from accelpipe.settings import TFTrain
 
 STEPS_PER_EPOCH = 3
@@ -63,6 +68,26 @@ def make_job(cfg: TFTrain, device: TFDevice, delay_s: float = 0.0) -> TFTrainJob
         ),
         facts={"toy": True},
     )
+
+
+def validation_score(model: keras.Model) -> Mapping[str, Any]:
+    """A real score of the toy regression, higher is better: 1 / (1 + MSE) on fixed points."""
+    gen = tf.random.Generator.from_seed(7)
+    x = gen.normal((32, 8))
+    y = tf.reduce_sum(x[:, :2], axis=1, keepdims=True)
+    mse = float(tf.reduce_mean(tf.square(tf.cast(model(x, training=False), tf.float32) - y)))
+    return {"top1": round(1 / (1 + mse), 6)}
+
+
+def evaluated_job(target: float | None) -> Callable[[TFTrain, TFDevice], TFTrainJob]:
+    """`make_job` with an evaluation inside training against `target`."""
+    goal = QualityTarget("resnet50", "top1", target, "a test", "1 / (1 + MSE) of the toy")
+
+    def make(cfg: TFTrain, device: TFDevice) -> TFTrainJob:
+        job = make_job(cfg, device)
+        return dataclasses.replace(job, evaluation=InTrainingEval(validation_score, goal))
+
+    return make
 
 
 def profile_custom_loop(logdir: Path, steps: int = 4) -> Path:

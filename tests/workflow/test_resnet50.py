@@ -93,6 +93,25 @@ def test_two_process_run_shards_the_global_batch(project: Project) -> None:
     assert len(losses) == 6 and all(0 < v < 10 for v in losses)
 
 
+def test_a_run_stops_at_its_target_with_its_time_to_target(project: Project) -> None:
+    """to_target: evaluated after every epoch, it stops at the first that reaches 0.25."""
+    project.snakemake("results/resnet50/to_target")
+    result = project.root / "results/resnet50/to_target"
+    with (result / "eval_log.csv").open() as f:
+        (evaluation,) = list(csv.DictReader(f))  # epoch 1 of 2 reached it: no second one
+    assert (evaluation["epoch"], evaluation["step"], evaluation["reached"]) == ("1", "3", "1")
+    stage = json.loads((project.root / "work/resnet50/to_target/train/stage.json").read_text())
+    assert (stage["steps"], stage["evaluations"], stage["stopped_at_target"]) == (3, 1, True)
+    performance = json.loads((result / "performance.json").read_text())
+    assert performance["time_to_target_s"] == float(evaluation["run_s"])
+    assert performance["time_to_target_s"] < stage["seconds"]  # initialisation is not in it
+    assert performance["time_to_target"]["epoch"] == 1
+    # the evaluate stage scores the stopped model as training did: one scoring function
+    metrics = json.loads((result / "metrics.json").read_text())
+    assert metrics["top1"] == float(evaluation["value"]) >= 0.25
+    assert metrics["quality_target"]["reached"] is True
+
+
 def _losses(log: Path) -> list[float]:
     with log.open() as f:
         return [float(r["loss"]) for r in csv.DictReader(f)]

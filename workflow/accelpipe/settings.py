@@ -102,6 +102,8 @@ class TrainSettings:
     log_every: int
     devices: int
     nodes: int
+    eval_every: int  # epochs; 0: no evaluation inside training (engines.evaluations)
+    stop_at_target: bool
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,6 @@ class TorchTrain(TrainSettings):
     scheduler: str
     warmup_epochs: float
     poly_power: float
-    eval_every: int  # epochs; 0: no evaluation inside training (engines.evaluations)
-    stop_at_target: bool
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ def test_due_every_nth_epoch_and_the_last(every: int, epochs: int, expected: lis
 
 
 def test_each_evaluation_is_a_row_judged_against_the_target(tmp_path: Path) -> None:
-    evaluations = Evaluations(tmp_path, [], writes=True)
-    assert _rows(tmp_path) == []  # the header from the start: no stale log survives
+    evaluations = Evaluations(tmp_path, writes=True)
+    evaluations.resume(0)
+    assert _rows(tmp_path) == []  # a fresh start: no stale log survives
     common = {"eval_s": 0.25, "run_s": 10.0}
     assert not evaluations.add({"top1": 0.25}, TARGET, epoch=1, step=4, samples=32, **common)
     assert evaluations.add({"top1": 0.5}, TARGET, epoch=2, step=8, samples=64, **common)
@@ -43,7 +44,7 @@ def test_each_evaluation_is_a_row_judged_against_the_target(tmp_path: Path) -> N
 
 
 def test_without_a_target_or_a_value_nothing_is_reached(tmp_path: Path) -> None:
-    evaluations = Evaluations(tmp_path, [], writes=True)
+    evaluations = Evaluations(tmp_path, writes=True)
     unpublished = QualityTarget("swinunetr", "mean_dice", None, "none", "mean Dice")
     assert not evaluations.add(
         {"mean_dice": 0.9}, unpublished, epoch=1, step=1, samples=1, eval_s=0.0, run_s=1.0
@@ -56,20 +57,24 @@ def test_without_a_target_or_a_value_nothing_is_reached(tmp_path: Path) -> None:
     assert not evaluations.reached
 
 
-def test_a_resumed_log_is_the_checkpoints_rows_whatever_the_file_holds(tmp_path: Path) -> None:
-    first = Evaluations(tmp_path, [], writes=True)
+def test_a_resumed_run_keeps_the_rows_up_to_its_checkpoints_step(tmp_path: Path) -> None:
+    first = Evaluations(tmp_path, writes=True)
     first.add({"top1": 0.1}, TARGET, epoch=1, step=4, samples=32, eval_s=0.1, run_s=5.0)
-    state = first.state()
+    # evaluated after epoch 2, killed before its checkpoint (step 4) was replaced
     first.add({"top1": 0.2}, TARGET, epoch=2, step=8, samples=64, eval_s=0.1, run_s=9.0)
-    # killed before the checkpoint after epoch 2: the file has a row the checkpoint has not
-    resumed = Evaluations.resumed(tmp_path, state, writes=True)
-    assert [r["epoch"] for r in _rows(tmp_path)] == ["1"]
-    resumed.add({"top1": 0.2}, TARGET, epoch=2, step=8, samples=64, eval_s=0.1, run_s=8.0)
-    assert [r["epoch"] for r in _rows(tmp_path)] == ["1", "2"]
+    resumed = Evaluations(tmp_path, writes=True)
+    resumed.resume(4)
+    assert [r["epoch"] for r in _rows(tmp_path)] == ["1"] and not resumed.reached
+    resumed.add({"top1": 0.6}, TARGET, epoch=2, step=8, samples=64, eval_s=0.1, run_s=8.0)
+    assert [(r["epoch"], r["value"]) for r in _rows(tmp_path)] == [("1", "0.1"), ("2", "0.6")]
+    # a process that does not write reads the same rows
+    other = Evaluations(tmp_path, writes=False)
+    other.resume(8)
+    assert other.reached and len(other.rows) == 2
 
 
 def test_a_process_that_does_not_write_leaves_the_file_alone(tmp_path: Path) -> None:
-    evaluations = Evaluations(tmp_path, [], writes=False)
+    evaluations = Evaluations(tmp_path, writes=False)
     evaluations.add({"top1": 0.9}, TARGET, epoch=1, step=1, samples=1, eval_s=0.0, run_s=1.0)
     assert not (tmp_path / EVAL_LOG).exists() and evaluations.reached
 

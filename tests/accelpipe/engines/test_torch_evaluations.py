@@ -129,7 +129,7 @@ def test_a_resumed_run_keeps_every_evaluation_exactly_once(tmp_path: Path) -> No
     with pytest.raises(_Killed):
         first.fit(on_epoch_end=_kill_after(2))
     carried = float(_evaluations(tmp_path / "resumed")[-1]["run_s"])
-    # killed during epoch 3, after its evaluation was logged but before its checkpoint
+    # killed in epoch 3 after its evaluation was logged, before its checkpoint was written
     with (tmp_path / "resumed" / EVAL_LOG).open("a") as f:
         f.write("3,12,192,top1,0.5,,0,0.1,99.0\n")
     second = _trainer(tmp_path / "resumed", epochs=4, target=None, eval_every=1)

@@ -13,12 +13,14 @@ evaluation that reaches the target (evaluation included). `RunClock` keeps that 
 a resume: the seconds up to the last checkpoint travel in it, the time an interrupted
 attempt spent past its checkpoint is lost with the steps it redoes.
 
-The rows travel in the checkpoint too (`state`), so a resumed run rewrites eval_log.csv from
-them: no evaluation is lost or logged twice, whatever the kill left in the file.
+A resumed run keeps the rows up to its checkpoint's step and drops those after it, as
+train_log.csv does: an evaluation runs before its epoch's checkpoint is written, so a run
+killed between the two evaluates that epoch again. No evaluation is lost or logged twice.
 """
 
 from __future__ import annotations
 
+import csv
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -77,24 +79,24 @@ def due(epoch: int, epochs: int, every: int) -> bool:
 
 
 class Evaluations:
-    """The run's evaluations so far; eval_log.csv in `work_dir` rewritten at each one (writes:
-    the process that writes the logs)."""
+    """The run's evaluations, one row each in eval_log.csv in `work_dir`; the process that
+    writes the logs (`writes`) rewrites the file at each change, the others keep the rows in
+    memory alone (every process reads the file on resume)."""
 
-    def __init__(self, work_dir: Path, rows: list[dict[str, str]], writes: bool) -> None:
+    def __init__(self, work_dir: Path, writes: bool) -> None:
         self.path = work_dir / EVAL_LOG
-        self.rows = list(rows)
+        self.rows: list[dict[str, str]] = []
         self.writes = writes
-        if writes:
+
+    def resume(self, last_step: int) -> None:
+        """Keep the logged rows up to `last_step`, the step of the checkpoint the run resumes
+        from (0: none, a fresh start)."""
+        self.rows = []
+        if self.path.exists() and last_step > 0:
+            with self.path.open(newline="") as f:
+                self.rows = [r for r in csv.DictReader(f) if int(r["step"]) <= last_step]
+        if self.writes:
             self._write()
-
-    @classmethod
-    def resumed(cls, work_dir: Path, state: Mapping[str, Any], writes: bool) -> Evaluations:
-        """The evaluations a checkpoint's `state()` holds (none for a fresh run)."""
-        return cls(work_dir, list(state.get("evaluations", [])), writes)
-
-    def state(self) -> dict[str, Any]:
-        """What the checkpoint keeps."""
-        return {"evaluations": list(self.rows)}
 
     @property
     def reached(self) -> bool:

@@ -55,6 +55,7 @@ from accelpipe.engines import (
     run_facts,
     tf_flops,
 )
+from accelpipe.engines.evaluations import Evaluations, InTrainingEval, RunClock, due
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
 from accelpipe.inputs.tf_data_checks import data_errors
@@ -89,6 +90,8 @@ class TFTrainJob:
     # Added to the loss for the gradients only (a coupled L2 term); not logged.
     regularization: Callable[[], tf.Tensor] | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # added to the train stage.json
+    # scores the model on the validation split (train.eval_every > 0 needs it)
+    evaluation: InTrainingEval | None = None
 
 
 # workload hook: (train settings, device) -> the job to run
@@ -166,7 +169,7 @@ def _run_training(
             resumed_from=resumed_from,
             world_size=world,
             global_batch=job.batch_size,
-            job_facts=job.facts,
+            job_facts=job.facts | trainer.evaluation_facts(),
             flops=trainer.flops,
             gemm=gemm,
             power=energy,
@@ -222,8 +225,13 @@ class TFTrainer:
         job.optimizer.build(self.variables)
         self._epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._run_s = tf.Variable(0.0, dtype=tf.float64, trainable=False)  # RunClock's
         checkpoint = tf.train.Checkpoint(
-            model=job.model, optimizer=self.optimizer, epoch=self._epoch, step=self._step
+            model=job.model,
+            optimizer=self.optimizer,
+            epoch=self._epoch,
+            step=self._step,
+            run_s=self._run_s,
         )
         # Every worker saves (the save is collective); only the chief's copy is kept.
         folder = CHECKPOINT_DIR if self.chief else f".{CHECKPOINT_DIR}-worker{self.shard.index}"
@@ -231,6 +239,13 @@ class TFTrainer:
         self.manager = tf.train.CheckpointManager(checkpoint, str(work_dir / folder), max_to_keep=1)
         self._restore_from = work_dir / CHECKPOINT_DIR
         self.profiler = _Profiler(profile if self.chief else PROFILE_OFF, work_dir)
+        self.clock = RunClock()
+        self.evaluations: Evaluations | None = None
+        if cfg.eval_every:
+            if job.evaluation is None:
+                raise ValueError("train.eval_every is set, but the workload gave no evaluation")
+            self.evaluations = Evaluations(work_dir, writes=self.chief)
+        self.target_reached = False  # an evaluation reached the quality target
         # FLOPs of the train step, counted on the first batch (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "multi-worker: the step runs inside strategy.run, not counted"}
@@ -264,11 +279,65 @@ class TFTrainer:
         if latest is None:
             if self.chief:
                 truncate_log(self.work_dir, 0)
+            self._resume_evaluations()
             return False
         self.manager.checkpoint.restore(latest).assert_existing_objects_matched()
+        self.clock = RunClock(float(self._run_s.numpy()))
+        self._resume_evaluations()
         if self.chief:
             truncate_log(self.work_dir, self.step)
         return True
+
+    def _resume_evaluations(self) -> None:
+        """The evaluations up to the checkpoint's step (none without one); whether one
+        reached the target, as the chief read it, on every worker."""
+        if self.evaluations is None:
+            return
+        self.evaluations.resume(self.step)
+        self.target_reached = self._chiefs(self.evaluations.reached)
+
+    def _chiefs(self, flag: bool) -> bool:
+        """The chief's `flag` on every worker (a one-value all-reduce, as _all_workers_done)."""
+        if self.strategy is None:
+            return flag
+        value = 1.0 if flag and self.chief else 0.0
+        ones = self.strategy.run(lambda: tf.constant(value))
+        return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None) > 0)
+
+    @property
+    def stopped_at_target(self) -> bool:
+        return self.cfg.stop_at_target and self.target_reached
+
+    def _evaluate(self) -> None:
+        """After a due epoch every worker scores the model (reading sync-on-read variables,
+        BN's moving statistics, is a collective all of them must join) and the chief logs
+        it; every worker learns whether the chief's evaluation reached the target."""
+        if self.evaluations is None or not due(self.epoch, self.cfg.epochs, self.cfg.eval_every):
+            return
+        assert self.job.evaluation is not None  # __init__ checked it
+        started = time.perf_counter()
+        metrics = self.job.evaluation.score(self.job.model)
+        reached = self.evaluations.add(
+            metrics,
+            self.job.evaluation.target,
+            epoch=self.epoch,
+            step=self.step,
+            samples=self.step * self.job.batch_size,
+            eval_s=time.perf_counter() - started,
+            run_s=self.clock.seconds(),
+        )
+        if self.chief:
+            log.info("evaluation after epoch %d: %s", self.epoch, self.evaluations.rows[-1])
+        self.target_reached = self._chiefs(reached) or self.target_reached
+
+    def evaluation_facts(self) -> dict[str, Any]:
+        """stage.json's account of the evaluations inside training."""
+        if self.evaluations is None:
+            return {}
+        return {
+            "evaluations": len(self.evaluations.rows),
+            "stopped_at_target": self.stopped_at_target,
+        }
 
     def _count_flops(self, inputs: Any, targets: Any) -> dict[str, Any]:
         """The train step's FLOPs from its graph, traced on this batch's shapes (never run)."""
@@ -309,11 +378,16 @@ class TFTrainer:
         return float(tf.convert_to_tensor(lr))  # a (mirrored) variable or a tensor
 
     def fit(self) -> None:
+        """Train to the last epoch, or to the first evaluation that reaches the target with
+        train.stop_at_target; the run's clock starts here (initialisation is done)."""
+        self.clock.start()
         with self._open_log() as (log_file, writer):
-            while self.epoch < self.cfg.epochs:
+            while self.epoch < self.cfg.epochs and not self.stopped_at_target:
                 started = time.perf_counter()
                 losses = self._run_epoch(writer, log_file)
                 self._epoch.assign_add(1)
+                self._evaluate()
+                self._run_s.assign(self.clock.seconds())
                 self.manager.save(checkpoint_number=self.step)
                 rate = (
                     self.job.steps_per_epoch * self.job.batch_size / (time.perf_counter() - started)

@@ -229,7 +229,7 @@ class Trainer:
         self.epoch = 0
         self.step = 0
         self.clock = RunClock()
-        self.evaluations = self._evaluations({})
+        self.evaluations = self._evaluations()
         self.target_reached = False  # an evaluation reached the quality target
         # FLOPs of this process's first step, counted while it runs (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
@@ -238,14 +238,14 @@ class Trainer:
             else None
         )
 
-    def _evaluations(self, state: dict[str, Any]) -> Evaluations | None:
+    def _evaluations(self) -> Evaluations | None:
         """The run's evaluations (none without train.eval_every); a job that cannot evaluate
         while training is a config error the workload's schema prevents."""
         if self.cfg.eval_every == 0:
             return None
         if self.job.evaluation is None:
             raise ValueError("train.eval_every is set, but the workload gave no evaluation")
-        return Evaluations.resumed(self.work_dir, state, writes=self.dist.is_main)
+        return Evaluations(self.work_dir, writes=self.dist.is_main)
 
     def _replicate(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.dist.world_size == 1:
@@ -274,7 +274,6 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "torch_rng": torch.random.get_rng_state(),
             "run_s": self.clock.seconds(),
-            **(self.evaluations.state() if self.evaluations is not None else {}),
         }
         tmp = self.work_dir / (CHECKPOINT + ".tmp")
         torch.save(state, tmp)
@@ -287,6 +286,7 @@ class Trainer:
         if not path.exists():
             if self.dist.is_main:
                 truncate_log(self.work_dir, 0)
+            self._resume_evaluations()
             return False
         state = torch.load(path, map_location=self.device.torch_device, weights_only=False)
         self.model.load_state_dict(state["model"])
@@ -297,12 +297,19 @@ class Trainer:
         torch.random.set_rng_state(state["torch_rng"])
         self.epoch, self.step = state["epoch"], state["step"]
         self.clock = RunClock(state.get("run_s", 0.0))
-        self.evaluations = self._evaluations(state)
-        # every rank loads the same rows, so every rank agrees
-        self.target_reached = self.evaluations is not None and self.evaluations.reached
+        self._resume_evaluations()
         if self.dist.is_main:
             truncate_log(self.work_dir, self.step)
         return True
+
+    def _resume_evaluations(self) -> None:
+        """The evaluations up to the checkpoint's step (none without one); whether one
+        reached the target, as rank 0 read it, on every rank."""
+        if self.evaluations is None:
+            return
+        self.evaluations.resume(self.step)
+        reached = self.evaluations.reached
+        self.target_reached = self.dist.rank0_flag(reached, self.device.torch_device)
 
     # -- the loop ------------------------------------------------------------
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:

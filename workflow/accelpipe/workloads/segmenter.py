@@ -18,16 +18,18 @@ from __future__ import annotations
 import csv
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from accelpipe import quality
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
+from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import DataError
 from accelpipe.inputs.ade20k_input import eval_dataset, normalise, train_dataset
@@ -122,6 +124,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
                 "train_images": train_images,
                 "pretrained": pretrained,
             },
+            evaluation=_in_training(cfg, train_cfg, prepared, architecture["image_size"]),
         )
 
     return tf_trainer.run_training(
@@ -259,25 +262,44 @@ def evaluate(
     """
     ev = view(SegmenterEvaluate, cfg["evaluate"], where="segmenter.evaluate")
     architecture = read_json(model_dir / "stage.json")["architecture"]
-    window = architecture["image_size"]
-    stride = ev.stride or window
     model, _ = tf_trainer.load_for_eval(
         model_dir, cfg, lambda: _build(architecture | {"drop_path": 0.0})
     )
-    counts = SegmentationCounts(NUM_CLASSES, IGNORE_INDEX)
     out_dir.mkdir(parents=True, exist_ok=True)
+
+    def keep(index: int, name: str, image: np.ndarray, label: np.ndarray, pred: np.ndarray) -> None:
+        if index < ev.prediction_images:
+            _write_prediction(out_dir / f"prediction_{Path(name).stem}.png", image, label, pred)
+
+    metrics, counts = _scores(model, prepared, ev, architecture["image_size"], keep)
+    write_json(out_dir / "metrics.json", metrics)
+    _write_per_class(out_dir / "per_class_iou.csv", counts)
+    log.info("mIoU %.4f, pixel accuracy %.4f", metrics["mIoU"] or 0, metrics["pixel_accuracy"] or 0)
+    return metrics
+
+
+def _scores(
+    model: keras.Model,
+    prepared: Path,
+    ev: SegmenterEvaluate,
+    window: int,
+    keep: Callable[[int, str, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+) -> tuple[dict[str, Any], SegmentationCounts]:
+    """mIoU, mean accuracy and pixel accuracy of `model` over the validation set, and the
+    counts behind them: the evaluate stage's scoring, and the train stage's inside training.
+    `keep(index, filename, image, label, prediction)` sees each image's prediction."""
+    stride = ev.stride or window
+    counts = SegmentationCounts(NUM_CLASSES, IGNORE_INDEX)
     images = 0
     for example in checked(eval_dataset(_shards(prepared, "val"))):
         image, label = example["image"].numpy(), example["label"].numpy()
         pred = predict(model, image, window, ev.short_side, stride, ev.batch_size)
         counts.update(pred, label)
-        if images < ev.prediction_images:
-            name = Path(example["filename"].numpy().decode()).stem
-            _write_prediction(out_dir / f"prediction_{name}.png", image, label, pred)
+        if keep is not None:
+            keep(images, example["filename"].numpy().decode(), image, label, pred)
         images += 1
-    summary = {k: _finite(v) for k, v in counts.summary().items()}
     metrics = {
-        **summary,
+        **{k: _finite(v) for k, v in counts.summary().items()},
         "images": images,
         "classes_scored": int(np.sum(~np.isnan(counts.per_class()["iou"]))),
         "note": (
@@ -285,10 +307,20 @@ def evaluate(
             f"{ev.short_side}, windows {window} stride {stride}), fractions 0..1"
         ),
     }
-    write_json(out_dir / "metrics.json", metrics)
-    _write_per_class(out_dir / "per_class_iou.csv", counts)
-    log.info("mIoU %.4f, pixel accuracy %.4f", summary["mIoU"] or 0, summary["pixel_accuracy"] or 0)
-    return metrics
+    return metrics, counts
+
+
+def _in_training(
+    cfg: dict[str, Any], train_cfg: SegmenterTrain, prepared: Path, window: int
+) -> InTrainingEval | None:
+    """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
+    if not train_cfg.eval_every:
+        return None
+    ev = view(SegmenterEvaluate, cfg["evaluate"], where="segmenter.evaluate")
+    return InTrainingEval(
+        lambda model: _scores(model, prepared, ev, window)[0],
+        quality.target_for("segmenter", cfg["target"]),
+    )
 
 
 def _finite(value: float) -> float | None:

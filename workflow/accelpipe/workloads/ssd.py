@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from accelpipe import quality
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
+from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import DataError
 from accelpipe.inputs.coco_input import eval_dataset, train_dataset
@@ -139,6 +141,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
                 "train_images": train_images,
                 "backbone_checkpoint": backbone,
             },
+            evaluation=_in_training(cfg, train_cfg, prepared),
         )
 
     return tf_trainer.run_training(
@@ -153,8 +156,6 @@ def evaluate(
 
     Writes metrics.json, per_category_ap.csv and detections.json (COCO results format).
     """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
 
     categories = _categories(prepared)
     ids = [c["id"] for c in categories]
@@ -166,6 +167,28 @@ def evaluate(
             f"{prepared / 'dataset.json'} has {len(ids)}"
         )
     model, _ = tf_trainer.load_for_eval(model_dir, cfg, functools.partial(_build, architecture))
+    metrics, detections, per_category = _scores(model, prepared, ev)
+    write_json(out_dir / "detections.json", detections)
+    write_json(out_dir / "metrics.json", metrics)
+    with (out_dir / "per_category_ap.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["category_id", "name", "AP"])
+        for c in categories:
+            writer.writerow([c["id"], c["name"], per_category.get(c["id"], "")])
+    log.info("COCO AP %s, AP50 %s", metrics["AP"], metrics["AP50"])
+    return metrics
+
+
+def _scores(
+    model: keras.Model, prepared: Path, ev: SSDEvaluate
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[int, float | str]]:
+    """COCO box AP of `model` on the validation images, its detections (COCO results format)
+    and the AP per category: the evaluate stage's scoring, and the train stage's inside
+    training."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    ids = [c["id"] for c in _categories(prepared)]
     detections: list[dict[str, Any]] = []
     for batch in checked(eval_dataset(_shards(prepared, "val"), ids, ev.batch_size)):
         cls_logits, boxes = model(batch["image"], training=False)
@@ -179,7 +202,6 @@ def evaluate(
             nms_iou=ev.nms_iou,
             max_detections=ev.max_detections,
         )
-    write_json(out_dir / "detections.json", detections)
     truth = COCO(str(prepared / "instances_val2017.json"))
     stats, per_category = _coco_eval(truth, detections, COCO, COCOeval)
     metrics = {
@@ -188,14 +210,17 @@ def evaluate(
         "images": len(truth.getImgIds()),
         "note": _note(stats),
     }
-    write_json(out_dir / "metrics.json", metrics)
-    with (out_dir / "per_category_ap.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["category_id", "name", "AP"])
-        for c in categories:
-            writer.writerow([c["id"], c["name"], per_category.get(c["id"], "")])
-    log.info("COCO AP %s, AP50 %s", metrics["AP"], metrics["AP50"])
-    return metrics
+    return metrics, detections, per_category
+
+
+def _in_training(cfg: dict[str, Any], train_cfg: SSDTrain, prepared: Path) -> InTrainingEval | None:
+    """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
+    if not train_cfg.eval_every:
+        return None
+    ev = view(SSDEvaluate, cfg["evaluate"], where="ssd.evaluate")
+    return InTrainingEval(
+        lambda model: _scores(model, prepared, ev)[0], quality.target_for("ssd", cfg["target"])
+    )
 
 
 def _note(stats: list[float | None]) -> str:
