@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accelpipe import mllog
 from tests.helpers.performance_checks import check_headline
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
@@ -110,6 +111,10 @@ def test_a_run_stops_at_its_target_with_its_time_to_target(project: Project) -> 
     metrics = json.loads((result / "metrics.json").read_text())
     assert metrics["top1"] == float(evaluation["value"]) >= 0.25
     assert metrics["quality_target"]["reached"] is True
+    # MLPerf's log of the run: valid, and a success
+    assert mllog.check(result / mllog.FILENAME) == []
+    last = (result / mllog.FILENAME).read_text().splitlines()[-1]
+    assert mllog.parse(last).key == "run_stop" and mllog.parse(last).metadata["status"] == "success"
 
 
 def _losses(log: Path) -> list[float]:

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from accelpipe import curves, performance, provenance, registry
+from accelpipe import curves, mllog, performance, provenance, registry
 from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
 from accelpipe.engines.evaluations import EVAL_LOG
 from accelpipe.errors import DataError
@@ -23,6 +23,10 @@ RUN_FILES = (
     ("trace", "summary.md", "trace_summary.md"),
     ("trace", "step_breakdown.png", "step_breakdown.png"),
 )
+
+# The train stage's files of a run that evaluated inside training: its evaluations and its
+# MLPerf log.
+EVALUATED_RUN_FILES = (EVAL_LOG, mllog.FILENAME)
 
 
 def _evaluation_tables(eval_dir: Path) -> list[Path]:
@@ -64,8 +68,9 @@ def publish_run(
             if not source.exists():
                 raise DataError(f"{source}: missing output of stage '{stage}'")
             shutil.copy2(source, tmp / target)
-        if (stage_dirs["train"] / EVAL_LOG).exists():  # evaluations inside training
-            shutil.copy2(stage_dirs["train"] / EVAL_LOG, tmp / EVAL_LOG)
+        for name in EVALUATED_RUN_FILES:  # a run that evaluated inside training
+            if (stage_dirs["train"] / name).exists():
+                shutil.copy2(stage_dirs["train"] / name, tmp / name)
         for table in _evaluation_tables(stage_dirs["evaluate"]):
             shutil.copy2(table, tmp / table.name)
         _copy_profiler_outputs(stage_dirs["trace"], tmp)

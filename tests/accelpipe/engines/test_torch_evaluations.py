@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from accelpipe import mllog
 from accelpipe.devices.torch_device import resolve
 from accelpipe.engines.evaluations import EVAL_LOG, InTrainingEval
+from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.torch_trainer import CHECKPOINT, Trainer, TrainJob, seed_everything
 from accelpipe.quality import QualityTarget
 from accelpipe.settings import ProfileSchedule, ProfileSettings
@@ -55,12 +57,23 @@ def _trainer(work: Path, epochs: int, target: float | None, **train: Any) -> Tra
     )
     cfg = torch_train(epochs=epochs, lr=0.05, batch_size=16, **train)
     profile = ProfileSettings(False, ProfileSchedule(wait=1, warmup=1, active=1, repeat=1))
-    return Trainer(job, resolve("cpu"), cfg, profile, work)
+    return Trainer(job, resolve("cpu"), cfg, profile, work, run_log=RunLog(work, writes=True))
 
 
 def _evaluations(work: Path) -> list[dict[str, str]]:
     with (work / EVAL_LOG).open(newline="") as f:
         return list(csv.DictReader(f))
+
+
+def _mllog(work: Path) -> list[mllog.Entry]:
+    """mllog.txt's events, after MLPerf's format rules found nothing wrong with it."""
+    path = work / mllog.FILENAME
+    assert mllog.check(path) == []
+    return [mllog.parse(line) for line in path.read_text().splitlines()]
+
+
+def _epochs(entries: list[mllog.Entry], key: str) -> list[int]:
+    return [int(e.metadata["epoch_num"]) for e in entries if e.key == key]
 
 
 def test_due_epochs_are_evaluated_and_logged_with_the_runs_time(tmp_path: Path) -> None:
@@ -81,6 +94,11 @@ def test_due_epochs_are_evaluated_and_logged_with_the_runs_time(tmp_path: Path) 
         "evaluations": 3,
         "stopped_at_target": False,
     }
+    entries = _mllog(tmp_path)
+    assert _epochs(entries, "epoch_start") == [1, 2, 3, 4, 5]
+    accuracy = [(e.metadata["epoch_num"], e.value) for e in entries if e.key == "eval_accuracy"]
+    assert accuracy == [(int(r["epoch"]), float(r["value"])) for r in rows]
+    assert entries[-1].key == "run_stop" and entries[-1].metadata["status"] == "aborted"
 
 
 def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(
@@ -102,6 +120,9 @@ def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(
     assert rows[-1]["reached"] == "1" and {r["reached"] for r in rows[:-1]} <= {"0"}
     assert stopping.epoch == first and stopping.step == first * STEPS
     assert stopping.evaluation_facts() == {"evaluations": first, "stopped_at_target": True}
+    entries = _mllog(tmp_path / "stop")
+    assert _epochs(entries, "eval_accuracy") == list(range(1, first + 1))
+    assert entries[-1].key == "run_stop" and entries[-1].metadata["status"] == "success"
     # without stop_at_target the run reaches it and trains on
     going_on = _trainer(tmp_path / "on", epochs=6, target=target, eval_every=1)
     going_on.fit()
@@ -132,6 +153,9 @@ def test_a_resumed_run_keeps_every_evaluation_exactly_once(tmp_path: Path) -> No
     # killed in epoch 3 after its evaluation was logged, before its checkpoint was written
     with (tmp_path / "resumed" / EVAL_LOG).open("a") as f:
         f.write("3,12,192,top1,0.5,,0,0.1,99.0\n")
+    with mllog.MLLog(tmp_path / "resumed" / mllog.FILENAME) as killed:
+        killed.start("epoch_start", metadata={"epoch_num": 3})
+        killed.start("eval_start", metadata={"epoch_num": 3})
     second = _trainer(tmp_path / "resumed", epochs=4, target=None, eval_every=1)
     assert second.resume() and second.epoch == 2
     assert (tmp_path / "resumed" / CHECKPOINT).exists()
@@ -141,6 +165,10 @@ def test_a_resumed_run_keeps_every_evaluation_exactly_once(tmp_path: Path) -> No
     assert [r["value"] for r in rows] == expected  # the resumed run scores as the straight one
     run_s = [float(r["run_s"]) for r in rows]
     assert run_s == sorted(run_s) and run_s[2] > carried  # the clock went on from the checkpoint
+    # one log over both attempts: one run_start, each epoch and evaluation once
+    entries = _mllog(tmp_path / "resumed")
+    assert [e.key for e in entries].count("run_start") == 1
+    assert _epochs(entries, "epoch_start") == _epochs(entries, "eval_start") == [1, 2, 3, 4]
 
 
 def test_a_run_that_reached_its_target_and_stopped_does_not_train_on_when_resumed(

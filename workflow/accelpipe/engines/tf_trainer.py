@@ -56,6 +56,7 @@ from accelpipe.engines import (
     tf_flops,
 )
 from accelpipe.engines.evaluations import Evaluations, InTrainingEval, RunClock, due
+from accelpipe.engines.run_log import RunLog, mlperf_facts
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
 from accelpipe.inputs.tf_data_checks import data_errors
@@ -128,6 +129,7 @@ def _run_training(
     cfg: dict[str, Any], train_cfg: Train, work_dir: Path, make_job: JobFactory[Train]
 ) -> dict[str, Any] | None:
     index, world = tf_launch.cluster()
+    mlperf_log = RunLog(work_dir, writes=index == 0)  # initialisation starts
     with power_meter(cfg["backend"], writes_log=index == 0) as meter:
         check_global_batch(train_cfg.batch_size, world)
         # The strategy must exist before TensorFlow runs any op; one process: no strategy.
@@ -140,7 +142,9 @@ def _run_training(
         place = strategy.scope() if strategy else tf.device(device.device)
         with place:
             job = make_job(train_cfg, device)
-            trainer = TFTrainer(job, device, train_cfg, profile, work_dir, shard, strategy, meter)
+            trainer = TFTrainer(
+                job, device, train_cfg, profile, work_dir, shard, strategy, meter, mlperf_log
+            )
         resumed_from = trainer.step if trainer.resume() else None
         # the ceiling the run's FLOP rate is set against: this device and precision
         with tf.device(device.device):
@@ -208,6 +212,7 @@ class TFTrainer:
         shard: InputShard | None = None,
         strategy: tf.distribute.Strategy | None = None,
         power: PowerMeter | NoPower | None = None,
+        run_log: RunLog | None = None,
     ) -> None:
         self.job, self.device, self.cfg, self.work_dir = job, device, cfg, work_dir
         self.power = power  # its running joules: each log row's energy_j (none: empty)
@@ -246,6 +251,8 @@ class TFTrainer:
                 raise ValueError("train.eval_every is set, but the workload gave no evaluation")
             self.evaluations = Evaluations(work_dir, writes=self.chief)
         self.target_reached = False  # an evaluation reached the quality target
+        # mllog.txt, for a run that evaluates (MLPerf's log is a time to a target)
+        self.run_log = run_log if self.evaluations is not None else None
         # FLOPs of the train step, counted on the first batch (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "multi-worker: the step runs inside strategy.run, not counted"}
@@ -316,7 +323,11 @@ class TFTrainer:
             return
         assert self.job.evaluation is not None  # __init__ checked it
         started = time.perf_counter()
+        if self.run_log is not None:
+            self.run_log.eval_start(self.epoch)
         metrics = self.job.evaluation.score(self.job.model)
+        if self.run_log is not None:
+            self.run_log.eval_stop(self.epoch, metrics.get(self.job.evaluation.target.metric))
         reached = self.evaluations.add(
             metrics,
             self.job.evaluation.target,
@@ -380,12 +391,17 @@ class TFTrainer:
     def fit(self) -> None:
         """Train to the last epoch, or to the first evaluation that reaches the target with
         train.stop_at_target; the run's clock starts here (initialisation is done)."""
+        self._begin_run_log()
         self.clock.start()
         with self._open_log() as (log_file, writer):
             while self.epoch < self.cfg.epochs and not self.stopped_at_target:
                 started = time.perf_counter()
+                if self.run_log is not None:
+                    self.run_log.epoch_start(self.epoch + 1)
                 losses = self._run_epoch(writer, log_file)
                 self._epoch.assign_add(1)
+                if self.run_log is not None:
+                    self.run_log.epoch_stop(self.epoch)
                 self._evaluate()
                 self._run_s.assign(self.clock.seconds())
                 self.manager.save(checkpoint_number=self.step)
@@ -401,8 +417,23 @@ class TFTrainer:
                     rate,
                 )
         self.profiler.finish()
+        if self.run_log is not None:
+            self.run_log.end(self.target_reached)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _begin_run_log(self) -> None:
+        if self.run_log is None:
+            return
+        assert self.job.evaluation is not None  # a run log only where the run evaluates
+        facts = mlperf_facts(
+            self.job.evaluation.target.workload,
+            self.device.name,
+            self.job.batch_size,
+            self.cfg.lr,
+            self.cfg.seed,
+        )
+        self.run_log.begin(self.epoch, facts)
 
     @contextlib.contextmanager
     def _open_log(self) -> Iterator[tuple[Any, Any]]:

@@ -45,6 +45,7 @@ from accelpipe.engines import (
     torch_flops,
 )
 from accelpipe.engines.evaluations import Evaluations, InTrainingEval, RunClock, due
+from accelpipe.engines.run_log import RunLog, mlperf_facts
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
     SECTIONS,
@@ -128,13 +129,16 @@ def run_training(
         auto_precision,
     )
     ctx = torch_launch.init_from_env(device)
+    mlperf_log = RunLog(work_dir, writes=ctx.is_main)  # initialisation starts
     try:
         with power_meter(cfg["backend"], writes_log=ctx.is_main) as meter:
             torch_launch.check_global_batch(train_cfg.batch_size, ctx.world_size)
             seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
             job = make_job(train_cfg, device, ctx)
             profile = view(ProfileSettings, cfg["profile"], where="profile")
-            trainer = Trainer(job, device, train_cfg, profile, work_dir, dist=ctx, power=meter)
+            trainer = Trainer(
+                job, device, train_cfg, profile, work_dir, dist=ctx, power=meter, run_log=mlperf_log
+            )
             resumed_from = trainer.step if trainer.resume() else None
             # the ceiling the run's FLOP rate is set against: this device, this precision
             gemm = torch_gemm.measure_gemm_tflops(device).as_dict()
@@ -210,6 +214,7 @@ class Trainer:
         work_dir: Path,
         dist: DistContext | None = None,
         power: PowerMeter | NoPower | None = None,
+        run_log: RunLog | None = None,
     ) -> None:
         self.job, self.device, self.cfg, self.profile = job, device, cfg, profile
         self.power = power
@@ -231,6 +236,8 @@ class Trainer:
         self.clock = RunClock()
         self.evaluations = self._evaluations()
         self.target_reached = False  # an evaluation reached the quality target
+        # mllog.txt, for a run that evaluates (MLPerf's log is a time to a target)
+        self.run_log = run_log if self.evaluations is not None else None
         # FLOPs of this process's first step, counted while it runs (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "torch.compile: FlopCounterMode sees the compiled graph's ops only"}
@@ -315,12 +322,17 @@ class Trainer:
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:
         """Train to the last epoch, or to the first evaluation that reaches the target with
         train.stop_at_target; the run's clock starts here (initialisation is done)."""
+        self._begin_run_log()
         self.clock.start()
         with self._open_log() as (log_file, writer), self._profiler() as prof:
             while self.epoch < self.cfg.epochs and not self.stopped_at_target:
                 started = time.perf_counter()
+                if self.run_log is not None:
+                    self.run_log.epoch_start(self.epoch + 1)
                 mean_loss, samples = self._run_epoch(writer, prof)
                 self.epoch += 1
+                if self.run_log is not None:
+                    self.run_log.epoch_stop(self.epoch)
                 if log_file is not None:
                     log_file.flush()
                     rate = samples / (time.perf_counter() - started)
@@ -335,6 +347,21 @@ class Trainer:
                 self._save_checkpoint()
                 if on_epoch_end is not None:
                     on_epoch_end(self.epoch)
+        if self.run_log is not None:
+            self.run_log.end(self.target_reached)
+
+    def _begin_run_log(self) -> None:
+        if self.run_log is None:
+            return
+        assert self.job.evaluation is not None  # a run log only where the run evaluates
+        facts = mlperf_facts(
+            self.job.evaluation.target.workload,
+            self.device.name,
+            self.cfg.batch_size,
+            self.cfg.lr,
+            self.cfg.seed,
+        )
+        self.run_log.begin(self.epoch, facts)
 
     @property
     def stopped_at_target(self) -> bool:
@@ -349,10 +376,14 @@ class Trainer:
         reached = False
         if self.dist.is_main:
             started = time.perf_counter()
+            if self.run_log is not None:
+                self.run_log.eval_start(self.epoch)
             self.model.eval()
             with torch.no_grad():
                 metrics = self.job.evaluation.score(self.model)
             self.model.train()
+            if self.run_log is not None:
+                self.run_log.eval_stop(self.epoch, metrics.get(self.job.evaluation.target.metric))
             reached = self.evaluations.add(
                 metrics,
                 self.job.evaluation.target,
