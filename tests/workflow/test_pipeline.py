@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers.evaluation_checks import check_evaluations
 from tests.helpers.performance_checks import check_headline
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
 from tests.helpers.tensorboard import read_scalars
@@ -45,6 +46,8 @@ def test_fold0_result_folder_is_complete(project: Project) -> None:
     verdict = metrics["quality_target"]
     assert (verdict["metric"], verdict["target"]) == ("mean_dice", 0.7321)
     assert verdict["reached"] is (metrics["mean_dice"] >= 0.7321)
+    # evaluated inside training after both epochs, with the evaluate stage's scoring
+    check_evaluations(result, [1, 2], reached=metrics["mean_dice"] >= 0.7321)
 
     with (result / "per_case_dice.csv").open() as f:
         rows = list(csv.DictReader(f))

@@ -15,6 +15,7 @@ import yaml
 
 from accelpipe.datasets import ade20k
 from accelpipe.datasets.ade20k_synthetic import synthesize
+from tests.helpers.evaluation_checks import check_evaluations
 from tests.helpers.http_server import FileServer
 from tests.helpers.performance_checks import check_headline
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
@@ -50,6 +51,7 @@ def test_named_runs_publish_complete_folders(project: Project, target: str, prec
     check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
     metrics = json.loads((result / "metrics.json").read_text())
     assert metrics["images"] == 4
+    check_evaluations(result, [1, 2], reached=None)
     for key in ("mIoU", "mean_accuracy", "pixel_accuracy"):
         assert 0 <= metrics[key] <= 1
     stage = json.loads(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.evaluation_checks import check_evaluations
 from tests.helpers.performance_checks import check_headline
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
@@ -44,6 +45,8 @@ def test_named_runs_publish_complete_folders(project: Project, target: str, prec
     assert set(metrics) >= {"AP", "AP50", "AP75", "APs", "APm", "APl"}
     assert all(0 <= metrics[k] <= 1 for k in ("AP", "AP50", "AP75"))
     assert metrics["images"] == 8
+    # evaluated inside training after the last epoch: MLPerf's AP 0.23 is out of reach here
+    check_evaluations(result, [2], reached=False)
     stage = json.loads(
         (project.root / target.replace("results", "work") / "train/stage.json").read_text()
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.evaluation_checks import check_evaluations
 from tests.helpers.performance_checks import check_headline
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
 
@@ -42,6 +43,7 @@ def test_result_folder_is_complete(project: Project) -> None:
     check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
     metrics = json.loads((result / "metrics.json").read_text())
     assert set(metrics["dice"]) == {"GTV-1"} and 0.0 <= metrics["mean_dice"] <= 1.0
+    check_evaluations(result, [1, 2], reached=True)  # the tiny target: Dice 0.001
     with (result / "per_case_dice.csv").open() as f:
         assert len(list(csv.DictReader(f))) == metrics["n_cases"] >= 1
 
