@@ -70,7 +70,7 @@ wildcard_constraints:
     workload="[a-z0-9]+",
     dataset="[a-z0-9]+",
     variant="[a-z0-9]+",
-    run="([A-Za-z0-9_-]+/)?fold[0-9]+|(?!(cv|grid|benchmark|compare)$)[A-Za-z0-9_-]+",
+    run="([A-Za-z0-9_-]+/)?fold[0-9]+|(?!(cv|grid|ttt|benchmark|compare)$)[A-Za-z0-9_-]+",
     cv="([A-Za-z0-9_-]+/)?cv",
     row="(auto|bf16|fp16|fp32)-b[1-9][0-9]*",
 
@@ -301,6 +301,11 @@ def fold_results(wildcards):
 
 def grid_results(wildcards):
     runs = checked(targets.check_grid, config, wildcards.workload)
+    return [f"results/{wildcards.workload}/{run}" for run in runs]
+
+
+def ttt_results(wildcards):
+    runs = checked(targets.check_ttt, config, wildcards.workload)
     return [f"results/{wildcards.workload}/{run}" for run in runs]
 
 

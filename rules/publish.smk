@@ -82,3 +82,29 @@ rule grid:
     shell:
         "accelpipe --log {log} --framework {params.framework} grid --workload {wildcards.workload} --runs {input.runs}"
         " --config-json {params.cfg:q} --out {output}"
+
+
+rule ttt:
+    input:
+        runs=ttt_results,
+    output:
+        report(
+            directory("results/{workload}/ttt"),
+            patterns=["{name}.csv", "{name}.json"],
+            caption="../report/ttt.rst",
+            category="{workload}",
+            subcategory="time to target",
+        ),
+    log:
+        "logs/{workload}/ttt.log",
+    conda:
+        "../envs/cpu.yaml"
+    container:
+        container_image
+    params:
+        framework=framework,
+        image=image_key,
+        code=code_for("ttt"),
+    shell:
+        "accelpipe --log {log} --framework {params.framework} ttt --workload {wildcards.workload} --runs {input.runs}"
+        " --out {output}"

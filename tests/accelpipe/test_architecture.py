@@ -46,6 +46,7 @@ LAYERS = {
     "grid": CONFIG,
     "settings": CONFIG,  # typed views of config blocks
     "quality": CONFIG,  # quality targets (quality_targets.yaml) and the verdict on metrics
+    "seeds": CONFIG,  # a run's seed runs (<workload>.seeds)
     "codegraph": CONFIG,
     "targets": CONFIG,
     "runtime": CONFIG,
@@ -63,6 +64,7 @@ LAYERS = {
     "performance": RESULTS,
     "benchmark": RESULTS,
     "leaderboard": RESULTS,
+    "ttt": RESULTS,  # seed runs' times to target combined (results/<workload>/ttt)
     "publish": RESULTS,
     "compare": RESULTS,
     "traces": RESULTS,

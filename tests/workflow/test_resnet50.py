@@ -117,6 +117,33 @@ def test_a_run_stops_at_its_target_with_its_time_to_target(project: Project) -> 
     assert mllog.parse(last).key == "run_stop" and mllog.parse(last).metadata["status"] == "success"
 
 
+def test_seed_runs_combine_their_times_to_target(project: Project) -> None:
+    """results/resnet50/ttt: to_target with seeds 1, 2 and 3, each its own run."""
+    project.snakemake("results/resnet50/ttt")
+    summary = json.loads((project.root / "results/resnet50/ttt/ttt.json").read_text())
+    assert [(s["run"], s["seed"]) for s in summary["seeds"]] == [
+        (f"to_target-seed{k}", k) for k in (1, 2, 3)
+    ]
+    times = []
+    for k in (1, 2, 3):
+        run = project.root / f"results/resnet50/to_target-seed{k}"
+        performance = json.loads((run / "performance.json").read_text())
+        times.append(performance["time_to_target_s"])
+        stage = json.loads(
+            (project.root / f"work/resnet50/to_target-seed{k}/train/stage.json").read_text()
+        )
+        provenance = json.loads((run / "provenance.json").read_text())
+        assert provenance["config"]["resnet50"]["train"]["seed"] == k
+        assert stage["stopped_at_target"] is (performance["time_to_target_s"] is not None)
+    assert [s["time_to_target_s"] for s in summary["seeds"]] == times
+    reached = sorted(t for t in times if t is not None)
+    assert summary["reached"] == len(reached)
+    if len(reached) >= 2:  # 3 seeds: the middle one (one that never reached it is the slowest)
+        assert summary["olympic_mean_s"] == round(reached[1], 3)
+    else:
+        assert summary["olympic_mean_s"] is None and "never reached" in summary["not_scored"]
+
+
 def _losses(log: Path) -> list[float]:
     with log.open() as f:
         return [float(r["loss"]) for r in csv.DictReader(f)]

@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     gathering: tuple[tuple[str, str, list[tuple[str, str]], tuple[str, str]], ...] = (
         ("aggregate", "aggregate cross-validation folds", [], ("--runs", "published fold folders")),
         ("grid", "rank the runs of a hyperparameter grid", [workload, cfg], run_folders),
+        ("ttt", "combine the seed runs' times to target", [workload], run_folders),
         (
             "benchmark",
             "tabulate the benchmark rows of a workload",

@@ -18,7 +18,7 @@ from typing import Any, cast
 import jsonschema
 import yaml
 
-from accelpipe import grid, registry
+from accelpipe import grid, registry, seeds
 from accelpipe.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
@@ -120,6 +120,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     for workload, block in filled.items():
         if isinstance(block, dict) and block.get("grid"):
             _check_grid(block, workload, root["properties"][workload])
+        if isinstance(block, dict) and block.get("seeds", {}).get("values"):
+            _check_names(block, workload)
         if isinstance(block, dict) and block.get("profile", {}).get("enabled"):
             _check_profile_after_warmup(block, workload, filled["performance"]["warmup_steps"])
     return filled
@@ -134,6 +136,17 @@ def _check_profile_after_warmup(block: dict[str, Any], workload: str, warmup: in
             f"config key '{workload}.profile.schedule.wait': {wait} is less than "
             f"performance.warmup_steps ({warmup}): the profiler would record warm-up steps; "
             f"set wait to {warmup} or more"
+        )
+
+
+def _check_names(block: dict[str, Any], workload: str) -> None:
+    """No seed run shares a name with a run of `<workload>.runs` or of its grid."""
+    named = set(block["runs"]) | set(grid.expand(block, workload))
+    clash = sorted(set(seeds.expand(block, workload)) & named)
+    if clash:
+        raise ConfigError(
+            f"config key '{workload}.runs': {', '.join(clash)} is also a run of "
+            f"'{workload}.seeds'; rename it"
         )
 
 
@@ -162,8 +175,10 @@ def _check_grid(block: dict[str, Any], workload: str, node: dict[str, Any]) -> N
 
 
 def run_names(block: dict[str, Any], workload: str) -> list[str]:
-    """The named runs of a workload: `<workload>.runs` and the runs of `<workload>.grid`."""
-    return sorted(block["runs"]) + list(grid.expand(block, workload))
+    """The named runs of a workload: `<workload>.runs`, the runs of `<workload>.grid` and
+    those of `<workload>.seeds`."""
+    made = list(grid.expand(block, workload)) + list(seeds.expand(block, workload))
+    return sorted(block["runs"]) + made
 
 
 # A cross-validated workload (one with `folds`) trains each named run once per fold: the run
@@ -200,6 +215,10 @@ def _run_overrides(block: dict[str, Any], workload: str, run: str) -> dict[str, 
     grid_runs = grid.expand(block, workload)
     if name in grid_runs:
         return grid_runs[name]
+    seed_runs = seeds.expand(block, workload)
+    if name in seed_runs:
+        base, seed = seed_runs[name]
+        return {"train": {**block["runs"][base], "seed": seed}, "model": {}}
     known = ", ".join(run_names(block, workload)) or "none"
     raise ConfigError(f"config key '{workload}.runs' has no run {name!r} (known: {known})")
 
@@ -238,7 +257,7 @@ TRAIN_SECTIONS = ("model", "train", "profile", "transforms")
 # what a train slice adds where the run evaluates inside training (train.eval_every)
 EVAL_IN_TRAINING_SECTIONS = ("evaluate", "target")
 # workload settings that make other runs: not part of any one run's slices
-NOT_RUN_SETTINGS = ("runs", "grid", "benchmark")
+NOT_RUN_SETTINGS = ("runs", "grid", "seeds", "benchmark")
 
 
 def _sections(properties: dict[str, Any], required: bool = True) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """Which targets can exist under a config, checked while Snakemake plans, before any job runs.
 
-A result folder is `results/<workload>/<run>`: a name in `<workload>.runs` or a run of
-`<workload>.grid`; a workload that cross-validates (unet2d, `<workload>.folds`) trains each of
-them once per fold, `<run>/fold<k>` and their mean `<run>/cv` (the run named `default`:
-`fold<k>` and `cv`). Data folders are
+A result folder is `results/<workload>/<run>`: a name in `<workload>.runs`, a run of
+`<workload>.grid` or of `<workload>.seeds`; a workload that cross-validates (unet2d,
+`<workload>.folds`) trains each of them once per fold, `<run>/fold<k>` and their mean
+`<run>/cv` (the run named `default`: `fold<k>` and `cv`). Data folders are
 `data/raw/<dataset>` and `data/prepared/<dataset>/<variant>` of a workload's dataset.
 `buildable` lists every target these checks accept (`accelpipe targets`).
 """
@@ -17,6 +17,7 @@ from accelpipe import registry
 from accelpipe.config import DEFAULT_RUN, fold_run, run_names, split_fold
 from accelpipe.errors import ConfigError
 from accelpipe.grid import expand as expand_grid
+from accelpipe.seeds import expand as expand_seeds
 
 
 def _known(names: Any) -> str:
@@ -72,6 +73,21 @@ def check_grid(config: dict[str, Any], workload: str) -> list[str]:
             f'--config \'{workload}={{"grid":{{"train.lr":[0.01,0.001]}}}}\''
         )
     names = list(expand_grid(block, workload))
+    return [fold_run(name, 0) for name in names] if "folds" in block else names
+
+
+def check_ttt(config: dict[str, Any], workload: str) -> list[str]:
+    """`results/<workload>/ttt` exists for a workload with `seeds`; the runs it combines (a
+    cross-validated workload's: fold 0 of each seed run)."""
+    workload_data(workload)
+    block = config[workload]
+    if not block["seeds"]["values"]:
+        raise ConfigError(
+            f"config key '{workload}.seeds.values' is empty: name the seeds (and the run to "
+            "repeat, seeds.run), "
+            f'e.g. --config \'{workload}={{"seeds":{{"values":[1,2,3,4,5]}}}}\''
+        )
+    names = list(expand_seeds(block, workload))
     return [fold_run(name, 0) for name in names] if "folds" in block else names
 
 
@@ -136,7 +152,9 @@ class Target:
     """One target Snakemake accepts under a config (`accelpipe targets` lists them)."""
 
     path: str
-    kind: str  # fold, cv, run, grid_run, grid, benchmark, benchmark_row, raw, prepared, compare
+    # fold, cv, run, grid_run, seed_run, grid, ttt, benchmark, benchmark_row, raw, prepared,
+    # compare
+    kind: str
     group: str  # the workload it belongs to, or "all"
     description: str
 
@@ -150,11 +168,15 @@ def _run_targets(config: dict[str, Any], workload: str) -> list[Target]:
     cv where the workload cross-validates."""
     block = config[workload]
     grid_runs = expand_grid(block, workload)
+    seed_runs = expand_seeds(block, workload)
     found = []
     for name in run_names(block, workload):
         if name in grid_runs:
             values = {f"{s}.{k}": v for s, kv in grid_runs[name].items() for k, v in kv.items()}
             kind, text = "grid_run", f"grid run: {_settings(values)}"
+        elif name in seed_runs:
+            base, seed = seed_runs[name]
+            kind, text = "seed_run", f"seed run: {base} with train.seed={seed}"
         else:
             kind = "run"
             text = f"run: {_settings(block['runs'][name]) or f'{workload}.train as configured'}"
@@ -190,6 +212,16 @@ def _grid_target(config: dict[str, Any], workload: str) -> list[Target]:
     which = " (fold 0 of each)" if "folds" in config[workload] else ""
     text = f"the {len(runs)} grid runs{which} ranked by {metric}"
     return [Target(f"results/{workload}/grid", "grid", workload, text)]
+
+
+def _ttt_target(config: dict[str, Any], workload: str) -> list[Target]:
+    try:
+        runs = check_ttt(config, workload)
+    except ConfigError:  # no seeds: no target
+        return []
+    which = " (fold 0 of each)" if "folds" in config[workload] else ""
+    text = f"time to target over {len(runs)} seed runs{which}: olympic mean and spread"
+    return [Target(f"results/{workload}/ttt", "ttt", workload, text)]
 
 
 def _benchmark_targets(config: dict[str, Any], workload: str) -> list[Target]:
@@ -234,6 +266,7 @@ def buildable(config: dict[str, Any], finished_runs: int) -> list[Target]:
         for target in (
             *_run_targets(config, workload),
             *_grid_target(config, workload),
+            *_ttt_target(config, workload),
             *_benchmark_targets(config, workload),
             *_data_targets(config, workload),
         ):

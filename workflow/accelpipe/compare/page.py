@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelpipe import ttt
 from accelpipe.compare.rows import MARKS
 from accelpipe.performance import DEFINITIONS
+from accelpipe.seeds import split_seed_run
 from accelpipe.traces.plot import LABELS, PART_NAMES
 
 Row = dict[str, Any]
@@ -128,6 +130,13 @@ RUNS = (
         "seconds",
         "the train stage's wall time (start-up, warm-up, evaluation inside training and "
         "checkpoints included; not data preparation or queueing)",
+    ),
+    Column(
+        "time_to_target_s",
+        "time to target (s)",
+        "seconds",
+        DEFINITIONS["time_to_target_s"] + "; empty: not reached, or no evaluation inside "
+        "training (the run's performance.json says which)",
     ),
     Column("mfu", "MFU (%)", "fraction", DEFINITIONS["mfu"]),
     RATIO,
@@ -396,6 +405,49 @@ def _curves(rows: list[Row], curves: dict[tuple[str, str], Path]) -> str:
     return f'<div class="curves" id="curves">{"".join(figures)}</div>'
 
 
+def _seeds_table(rows: list[Row]) -> str:
+    """Per run repeated with seeds (`<workload>.seeds`: runs `<run>-seed<k>`), the seed runs
+    on this page combined as results/<workload>/ttt combines them: MLPerf's olympic mean."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        split = split_seed_run(row["run"])
+        if split is not None:
+            groups.setdefault((row["workload"], split[0]), []).append(row)
+    if not groups:
+        return (
+            '<p class="muted">No seed runs on this page (<code>&lt;workload&gt;.seeds</code>; '
+            "<code>results/&lt;workload&gt;/ttt</code> combines them).</p>"
+        )
+    lines = [
+        '<table id="seeds"><tr><th>workload</th><th>run</th><th>seed runs</th>'
+        '<th>reached</th><th title="' + _e(ttt.DEFINITION) + '">olympic mean (s)</th>'
+        "<th>fastest (s)</th><th>slowest (s)</th></tr>"
+    ]
+    for (workload, run), seeded in groups.items():
+        times = [r["time_to_target_s"] for r in seeded]
+        score, reason = ttt.olympic_mean(times)
+        reached = sorted(t for t in times if t is not None)
+        cells = [
+            f"<td>{_e(workload)}</td><td>{_e(run)}</td>",
+            f'<td class="num">{len(seeded)}</td><td class="num">{len(reached)}</td>',
+            f'<td class="num" title="{_e(reason or exact(score))}">'
+            f"{'' if score is None else show(score, 'seconds')}</td>",
+            *(
+                f'<td class="num">{show(t, "seconds") if t is not None else ""}</td>'
+                for t in (reached[0] if reached else None, reached[-1] if reached else None)
+            ),
+        ]
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    lines.append("</table>")
+    legend = (
+        "<p>Each seed run's time to target is its row above; the olympic mean (MLPerf's score "
+        "over runs) drops the fastest and the slowest, a seed that never reached the target "
+        "counting as the slowest; <code>results/&lt;workload&gt;/ttt</code> holds it with "
+        "every seed.</p>"
+    )
+    return "\n".join(lines) + legend
+
+
 def _cost_text(per_hour: dict[str, float]) -> str:
     if not per_hour:
         return (
@@ -434,6 +486,8 @@ def render(
             f"<p>{_cost_text(per_hour)}</p>",
             "<h2>Runs</h2>",
             _table("runs", RUNS_HEADINGS, rows, _run_cells),
+            "<h2>Time to target over seeds</h2>",
+            _seeds_table(rows),
             "<h2>Detail</h2>",
             _table("detail", DETAIL_HEADINGS, rows, _detail_cells),
             "<h2>Step breakdown</h2>",

@@ -37,6 +37,7 @@ COLUMNS = (
     "per_step_samples_per_s_p10",
     "per_step_samples_per_s_p90",
     "time_to_train_s",
+    "time_to_target_s",
     "flops_per_sample",
     "model_tflops",
     "mfu",
@@ -226,6 +227,8 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
         "metric_value": value,
         **throughput,
         "time_to_train_s": seconds,
+        # null: not reached, or no evaluation inside training (performance.json says which)
+        "time_to_target_s": facts.get("time_to_target_s"),
         "reference_ratio": reference.get("ratio"),
         # True: the figure's conditions match the run's; False: indicative (the note lists
         # the differences); None: no figure, or a performance.json from before conditions.

@@ -103,6 +103,7 @@ class DistContext:
         the collective's tensor must live (the accelerator for nccl and hccl)."""
         if self.world_size == 1:
             return flag
+        import torch
         import torch.distributed as dist
 
         value = torch.tensor([1.0 if flag and self.is_main else 0.0], device=device)

@@ -20,6 +20,7 @@ MODULES = {
     "publish": "accelpipe.stages.publish",
     "aggregate": "accelpipe.stages.publish",
     "grid": "accelpipe.stages.publish",
+    "ttt": "accelpipe.stages.publish",
     "benchmark": "accelpipe.stages.publish",
     "compare": "accelpipe.stages.compare",
     "images": "accelpipe.stages.images",

@@ -8,7 +8,7 @@ import json
 import logging
 from pathlib import Path
 
-from accelpipe import benchmark, engines, registry
+from accelpipe import benchmark, engines, registry, ttt
 from accelpipe.config import load_slice
 from accelpipe.leaderboard import rank_runs
 from accelpipe.publish import aggregate_folds, publish_run
@@ -40,6 +40,16 @@ def run_grid(args: argparse.Namespace) -> None:
     rows = rank_runs([Path(r) for r in args.runs], args.workload, metric, keys, Path(args.out))
     best = rows[0]
     log.info("grid: best of %d runs is %s (%s %s)", len(rows), best["run"], metric, best[metric])
+
+
+def run_ttt(args: argparse.Namespace) -> None:
+    summary = ttt.write([Path(r) for r in args.runs], args.workload, Path(args.out))
+    log.info(
+        "time to target over %d seed runs: olympic mean %s s%s",
+        len(summary["seeds"]),
+        summary["olympic_mean_s"],
+        f" ({summary['not_scored']})" if summary["not_scored"] else "",
+    )
 
 
 def run_benchmark(args: argparse.Namespace) -> None:
