@@ -24,6 +24,7 @@ _WORK = "work/resnet50/fp32"
 _FOLDS = [f"results/unet2d/fold{k}" for k in range(5)]
 _GRID = [f"results/segmenter/decoder-{d}_lr-0p05" for d in ("mask", "linear")]
 _ROWS = [f"work/resnet50/benchmark/{p}-b32" for p in ("bf16", "fp32")]
+_SEEDS = [f"results/resnet50/fp32-seed{k}" for k in range(1, 6)]
 _PUBLISH_SLICE = {
     "backend": "cpu",
     "runtime": "local",
@@ -108,6 +109,14 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
             )
         ],
         "results/segmenter/grid",
+    ),
+    "ttt": (
+        [
+            command(
+                "ttt", "--workload", "resnet50", "--runs", *_SEEDS, "--out", "results/resnet50/ttt"
+            )
+        ],
+        "results/resnet50/ttt",
     ),
     "benchmark": (
         [
