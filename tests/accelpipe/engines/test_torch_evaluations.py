@@ -46,7 +46,10 @@ def _accuracy(model: torch.nn.Module) -> Mapping[str, Any]:
 
 def _trainer(work: Path, epochs: int, target: float | None, **train: Any) -> Trainer:
     seed_everything(0)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    # dropout: training draws from torch's random stream
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(8, 2)
+    )
     goal = QualityTarget("resnet50", "top1", target, "the test", "validation accuracy")
     job = TrainJob(
         model,
@@ -127,6 +130,32 @@ def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(
     going_on = _trainer(tmp_path / "on", epochs=6, target=target, eval_every=1)
     going_on.fit()
     assert going_on.epoch == 6 and _evaluations(tmp_path / "on")[first - 1]["reached"] == "1"
+
+
+def _noisy_accuracy(model: torch.nn.Module) -> Mapping[str, Any]:
+    """A score that draws from every random stream, as a loader or a transform may."""
+    import random
+
+    import numpy as np
+
+    random.random(), np.random.rand(), torch.rand(1)
+    return _accuracy(model)
+
+
+def test_evaluating_inside_training_leaves_the_training_as_it_was(tmp_path: Path) -> None:
+    plain = _trainer(tmp_path / "plain", epochs=3, target=None)
+    plain.fit()
+    evaluated = _trainer(tmp_path / "evaluated", epochs=3, target=None, eval_every=1)
+    assert evaluated.job.evaluation is not None
+    evaluated.job.evaluation = InTrainingEval(_noisy_accuracy, evaluated.job.evaluation.target)
+    evaluated.fit()
+    assert len(_evaluations(tmp_path / "evaluated")) == 3
+    assert _losses(tmp_path / "evaluated") == _losses(tmp_path / "plain")
+
+
+def _losses(work: Path) -> list[str]:
+    with (work / "train_log.csv").open(newline="") as f:
+        return [r["loss"] for r in csv.DictReader(f)]
 
 
 class _Killed(Exception):

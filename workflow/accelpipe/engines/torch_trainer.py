@@ -191,6 +191,24 @@ def load_for_eval(
     return model, device, checkpoint
 
 
+@contextlib.contextmanager
+def _random_state_kept() -> Iterator[None]:
+    """Python's, NumPy's and torch's random streams as they were: an evaluation inside
+    training (a loader drawing its seed, a random transform) leaves the training as it
+    would have been without it."""
+    python, numpy_state = random.getstate(), np.random.get_state()
+    cpu = torch.random.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy_state)
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -379,7 +397,7 @@ class Trainer:
             if self.run_log is not None:
                 self.run_log.eval_start(self.epoch)
             self.model.eval()
-            with torch.no_grad():
+            with torch.no_grad(), _random_state_kept():
                 metrics = self.job.evaluation.score(self.model)
             self.model.train()
             if self.run_log is not None:
