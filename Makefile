@@ -81,16 +81,16 @@ test: venv
 # The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15.
 TF_TESTS = $(shell grep -rl '^pytestmark = pytest.mark.tensorflow' tests)
 test-tf215: venv-tf215
-	$(VENV_TF215)/bin/python -m pytest -q -p no:cacheprovider $(TF_TESTS)
+	$(VENV_TF215)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(TF_TESTS)
 
 # The same tests under TF 2.17 / Python 3.10 (the rocm-tensorflow image's release).
 test-tf217: venv-tf217
-	$(VENV_TF217)/bin/python -m pytest -q -p no:cacheprovider $(TF_TESTS)
+	$(VENV_TF217)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(TF_TESTS)
 
 # The PyTorch tests (modules marked `pytestmark = pytest.mark.torch`) under torch 2.6 / Python 3.10.
 TORCH_TESTS = $(shell grep -rl --include='*.py' '^pytestmark = pytest.mark.torch' tests)
 test-torch26: venv-torch26
-	$(VENV_TORCH26)/bin/python -m pytest -q -p no:cacheprovider $(TORCH_TESTS)
+	$(VENV_TORCH26)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(TORCH_TESTS)
 
 lint: venv
 	$(BIN)/ruff check .
