@@ -4,7 +4,7 @@ target, and a resume that keeps every evaluation exactly once."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,13 @@ def _accuracy(model: torch.nn.Module) -> Mapping[str, Any]:
     return {"top1": round(hits, 6)}
 
 
-def _trainer(work: Path, epochs: int, target: float | None, **train: Any) -> Trainer:
+def _trainer(
+    work: Path,
+    epochs: int,
+    target: float | None,
+    score: Callable[[torch.nn.Module], Mapping[str, Any]] | None = None,
+    **train: Any,
+) -> Trainer:
     seed_everything(0)
     # dropout: training draws from torch's random stream
     model = torch.nn.Sequential(
@@ -56,7 +62,7 @@ def _trainer(work: Path, epochs: int, target: float | None, **train: Any) -> Tra
         torch.nn.functional.cross_entropy,
         _batches,
         STEPS,
-        evaluation=InTrainingEval(_accuracy, goal),
+        evaluation=InTrainingEval(score or _accuracy, goal),
     )
     cfg = torch_train(epochs=epochs, lr=0.05, batch_size=16, **train)
     profile = ProfileSettings(False, ProfileSchedule(wait=1, warmup=1, active=1, repeat=1))
@@ -93,7 +99,7 @@ def test_due_epochs_are_evaluated_and_logged_with_the_runs_time(tmp_path: Path) 
     assert run_s == sorted(run_s) and all(
         float(r["eval_s"]) <= s for r, s in zip(rows, run_s, strict=True)
     )
-    assert trainer.epoch == 5 and trainer.evaluation_facts() == {
+    assert trainer.epoch == 5 and trainer.in_training.facts() == {
         "evaluations": 3,
         "stopped_at_target": False,
     }
@@ -122,7 +128,7 @@ def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(
     assert [float(r["value"]) for r in rows] == values[:first]  # the same run, cut short
     assert rows[-1]["reached"] == "1" and {r["reached"] for r in rows[:-1]} <= {"0"}
     assert stopping.epoch == first and stopping.step == first * STEPS
-    assert stopping.evaluation_facts() == {"evaluations": first, "stopped_at_target": True}
+    assert stopping.in_training.facts() == {"evaluations": first, "stopped_at_target": True}
     entries = _mllog(tmp_path / "stop")
     assert _epochs(entries, "eval_accuracy") == list(range(1, first + 1))
     assert entries[-1].key == "run_stop" and entries[-1].metadata["status"] == "success"
@@ -145,9 +151,7 @@ def _noisy_accuracy(model: torch.nn.Module) -> Mapping[str, Any]:
 def test_evaluating_inside_training_leaves_the_training_as_it_was(tmp_path: Path) -> None:
     plain = _trainer(tmp_path / "plain", epochs=3, target=None)
     plain.fit()
-    evaluated = _trainer(tmp_path / "evaluated", epochs=3, target=None, eval_every=1)
-    assert evaluated.job.evaluation is not None
-    evaluated.job.evaluation = InTrainingEval(_noisy_accuracy, evaluated.job.evaluation.target)
+    evaluated = _trainer(tmp_path / "evaluated", 3, None, _noisy_accuracy, eval_every=1)
     evaluated.fit()
     assert len(_evaluations(tmp_path / "evaluated")) == 3
     assert _losses(tmp_path / "evaluated") == _losses(tmp_path / "plain")

@@ -21,14 +21,19 @@ killed between the two evaluates that epoch again. No evaluation is lost or logg
 from __future__ import annotations
 
 import csv
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelpipe.engines.run_log import RunLog, mlperf_facts
 from accelpipe.io import write_csv
 from accelpipe.quality import QualityTarget, verdict
+from accelpipe.settings import TrainSettings
+
+log = logging.getLogger(__name__)
 
 EVAL_LOG = "eval_log.csv"
 # one row per evaluation: the epoch and step it followed, the samples trained by then, the
@@ -133,3 +138,119 @@ class Evaluations:
 
     def _write(self) -> None:
         write_csv(self.path, self.rows, EVAL_FIELDS)
+
+
+class InTraining:
+    """A run's evaluations inside training as both engines drive them: `resume` from the
+    checkpoint, `start` when initialisation is done, `epoch_start`/`epoch_stop` around each
+    epoch, `after_epoch` (an evaluation where one is due), `end`; `stopped` says whether the
+    run may stop. What differs by engine comes in as functions: `score` runs the workload's
+    scoring on the engine's model (None: this process waits for the one that scores), `share`
+    gives every process the verdict of the process that writes the logs (a collective).
+
+    Without `train.eval_every` every call does nothing (no eval_log.csv, no mllog.txt).
+    """
+
+    def __init__(
+        self,
+        work_dir: Path,
+        train: TrainSettings,
+        evaluation: InTrainingEval | None,
+        *,
+        writes: bool,
+        run_log: RunLog | None = None,
+    ) -> None:
+        self.train = train
+        self.clock = RunClock()
+        self.target_reached = False  # an evaluation reached the quality target
+        self.evaluations: Evaluations | None = None
+        self.run_log: RunLog | None = None
+        self.evaluation = evaluation
+        if train.eval_every:
+            if evaluation is None:
+                raise ValueError("train.eval_every is set, but the workload gave no evaluation")
+            self.evaluations = Evaluations(work_dir, writes)
+            self.run_log = run_log  # MLPerf's log is a time to a target: runs that evaluate
+
+    def resume(self, step: int, run_s: float, share: Callable[[bool], bool]) -> None:
+        """From the checkpoint at `step` (0: none) whose run clock read `run_s`."""
+        self.clock = RunClock(run_s)
+        if self.evaluations is not None:
+            self.evaluations.resume(step)
+            self.target_reached = share(self.evaluations.reached)
+
+    @property
+    def stopped(self) -> bool:
+        """train.stop_at_target, and an evaluation reached the target."""
+        return self.train.stop_at_target and self.target_reached
+
+    def start(self, epoch: int, platform: str, global_batch: int) -> None:
+        """Initialisation is done (`epoch`: the epochs the checkpoint had): the run log
+        begins or goes on, and the run's clock starts."""
+        if self.run_log is not None and self.evaluation is not None:
+            facts = mlperf_facts(
+                self.evaluation.target.workload,
+                platform,
+                global_batch,
+                self.train.lr,
+                self.train.seed,
+            )
+            self.run_log.begin(epoch, facts)
+        self.clock.start()
+
+    def epoch_start(self, epoch: int) -> None:
+        """`epoch`: 1-based, the one about to train."""
+        if self.run_log is not None:
+            self.run_log.epoch_start(epoch)
+
+    def epoch_stop(self, epoch: int) -> None:
+        if self.run_log is not None:
+            self.run_log.epoch_stop(epoch)
+
+    def after_epoch(
+        self,
+        epoch: int,
+        step: int,
+        samples: int,
+        score: Callable[[], Mapping[str, Any]] | None,
+        share: Callable[[bool], bool],
+    ) -> None:
+        """After `epoch` epochs (`step` steps, `samples` trained), where an evaluation is due:
+        score, log the row and the run log's lines, and share whether it reached the target."""
+        evaluations, evaluation = self.evaluations, self.evaluation
+        if evaluations is None or evaluation is None:
+            return
+        if not due(epoch, self.train.epochs, self.train.eval_every):
+            return
+        reached = False
+        if score is not None:
+            started = time.perf_counter()
+            if self.run_log is not None:
+                self.run_log.eval_start(epoch)
+            metrics = score()
+            if self.run_log is not None:
+                self.run_log.eval_stop(epoch, metrics.get(evaluation.target.metric))
+            reached = evaluations.add(
+                metrics,
+                evaluation.target,
+                epoch=epoch,
+                step=step,
+                samples=samples,
+                eval_s=time.perf_counter() - started,
+                run_s=self.clock.seconds(),
+            )
+            if evaluations.writes:
+                log.info("evaluation after epoch %d: %s", epoch, evaluations.rows[-1])
+        if share(reached):
+            self.target_reached = True
+
+    def end(self) -> None:
+        """Training is over: run_stop, success where an evaluation reached the target."""
+        if self.run_log is not None:
+            self.run_log.end(self.target_reached)
+
+    def facts(self) -> dict[str, Any]:
+        """stage.json's account of the evaluations inside training (none without)."""
+        if self.evaluations is None:
+            return {}
+        return {"evaluations": len(self.evaluations.rows), "stopped_at_target": self.stopped}

@@ -40,7 +40,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,8 +55,8 @@ from accelpipe.engines import (
     run_facts,
     tf_flops,
 )
-from accelpipe.engines.evaluations import Evaluations, InTrainingEval, RunClock, due
-from accelpipe.engines.run_log import RunLog, mlperf_facts
+from accelpipe.engines.evaluations import InTraining, InTrainingEval
+from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError
 from accelpipe.inputs.tf_data_checks import data_errors
@@ -173,7 +173,7 @@ def _run_training(
             resumed_from=resumed_from,
             world_size=world,
             global_batch=job.batch_size,
-            job_facts=job.facts | trainer.evaluation_facts(),
+            job_facts=job.facts | trainer.in_training.facts(),
             flops=trainer.flops,
             gemm=gemm,
             power=energy,
@@ -244,15 +244,9 @@ class TFTrainer:
         self.manager = tf.train.CheckpointManager(checkpoint, str(work_dir / folder), max_to_keep=1)
         self._restore_from = work_dir / CHECKPOINT_DIR
         self.profiler = _Profiler(profile if self.chief else PROFILE_OFF, work_dir)
-        self.clock = RunClock()
-        self.evaluations: Evaluations | None = None
-        if cfg.eval_every:
-            if job.evaluation is None:
-                raise ValueError("train.eval_every is set, but the workload gave no evaluation")
-            self.evaluations = Evaluations(work_dir, writes=self.chief)
-        self.target_reached = False  # an evaluation reached the quality target
-        # mllog.txt, for a run that evaluates (MLPerf's log is a time to a target)
-        self.run_log = run_log if self.evaluations is not None else None
+        self.in_training = InTraining(
+            work_dir, cfg, job.evaluation, writes=self.chief, run_log=run_log
+        )
         # FLOPs of the train step, counted on the first batch (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "multi-worker: the step runs inside strategy.run, not counted"}
@@ -286,22 +280,13 @@ class TFTrainer:
         if latest is None:
             if self.chief:
                 truncate_log(self.work_dir, 0)
-            self._resume_evaluations()
+            self.in_training.resume(0, 0.0, self._chiefs)
             return False
         self.manager.checkpoint.restore(latest).assert_existing_objects_matched()
-        self.clock = RunClock(float(self._run_s.numpy()))
-        self._resume_evaluations()
+        self.in_training.resume(self.step, float(self._run_s.numpy()), self._chiefs)
         if self.chief:
             truncate_log(self.work_dir, self.step)
         return True
-
-    def _resume_evaluations(self) -> None:
-        """The evaluations up to the checkpoint's step (none without one); whether one
-        reached the target, as the chief read it, on every worker."""
-        if self.evaluations is None:
-            return
-        self.evaluations.resume(self.step)
-        self.target_reached = self._chiefs(self.evaluations.reached)
 
     def _chiefs(self, flag: bool) -> bool:
         """The chief's `flag` on every worker (a one-value all-reduce, as _all_workers_done)."""
@@ -310,45 +295,6 @@ class TFTrainer:
         value = 1.0 if flag and self.chief else 0.0
         ones = self.strategy.run(lambda: tf.constant(value))
         return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None) > 0)
-
-    @property
-    def stopped_at_target(self) -> bool:
-        return self.cfg.stop_at_target and self.target_reached
-
-    def _evaluate(self) -> None:
-        """After a due epoch every worker scores the model (reading sync-on-read variables,
-        BN's moving statistics, is a collective all of them must join) and the chief logs
-        it; every worker learns whether the chief's evaluation reached the target."""
-        if self.evaluations is None or not due(self.epoch, self.cfg.epochs, self.cfg.eval_every):
-            return
-        assert self.job.evaluation is not None  # __init__ checked it
-        started = time.perf_counter()
-        if self.run_log is not None:
-            self.run_log.eval_start(self.epoch)
-        metrics = self.job.evaluation.score(self.job.model)
-        if self.run_log is not None:
-            self.run_log.eval_stop(self.epoch, metrics.get(self.job.evaluation.target.metric))
-        reached = self.evaluations.add(
-            metrics,
-            self.job.evaluation.target,
-            epoch=self.epoch,
-            step=self.step,
-            samples=self.step * self.job.batch_size,
-            eval_s=time.perf_counter() - started,
-            run_s=self.clock.seconds(),
-        )
-        if self.chief:
-            log.info("evaluation after epoch %d: %s", self.epoch, self.evaluations.rows[-1])
-        self.target_reached = self._chiefs(reached) or self.target_reached
-
-    def evaluation_facts(self) -> dict[str, Any]:
-        """stage.json's account of the evaluations inside training."""
-        if self.evaluations is None:
-            return {}
-        return {
-            "evaluations": len(self.evaluations.rows),
-            "stopped_at_target": self.stopped_at_target,
-        }
 
     def _count_flops(self, inputs: Any, targets: Any) -> dict[str, Any]:
         """The train step's FLOPs from its graph, traced on this batch's shapes (never run)."""
@@ -391,19 +337,23 @@ class TFTrainer:
     def fit(self) -> None:
         """Train to the last epoch, or to the first evaluation that reaches the target with
         train.stop_at_target; the run's clock starts here (initialisation is done)."""
-        self._begin_run_log()
-        self.clock.start()
+        self.in_training.start(self.epoch, self.device.name, self.job.batch_size)
         with self._open_log() as (log_file, writer):
-            while self.epoch < self.cfg.epochs and not self.stopped_at_target:
+            while self.epoch < self.cfg.epochs and not self.in_training.stopped:
                 started = time.perf_counter()
-                if self.run_log is not None:
-                    self.run_log.epoch_start(self.epoch + 1)
+                self.in_training.epoch_start(self.epoch + 1)
                 losses = self._run_epoch(writer, log_file)
                 self._epoch.assign_add(1)
-                if self.run_log is not None:
-                    self.run_log.epoch_stop(self.epoch)
-                self._evaluate()
-                self._run_s.assign(self.clock.seconds())
+                self.in_training.epoch_stop(self.epoch)
+                # Every worker scores: reading BN's sync-on-read statistics is a collective.
+                self.in_training.after_epoch(
+                    self.epoch,
+                    self.step,
+                    self.step * self.job.batch_size,
+                    self._score,
+                    self._chiefs,
+                )
+                self._run_s.assign(self.in_training.clock.seconds())
                 self.manager.save(checkpoint_number=self.step)
                 rate = (
                     self.job.steps_per_epoch * self.job.batch_size / (time.perf_counter() - started)
@@ -417,23 +367,13 @@ class TFTrainer:
                     rate,
                 )
         self.profiler.finish()
-        if self.run_log is not None:
-            self.run_log.end(self.target_reached)
+        self.in_training.end()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
-    def _begin_run_log(self) -> None:
-        if self.run_log is None:
-            return
-        assert self.job.evaluation is not None  # a run log only where the run evaluates
-        facts = mlperf_facts(
-            self.job.evaluation.target.workload,
-            self.device.name,
-            self.job.batch_size,
-            self.cfg.lr,
-            self.cfg.seed,
-        )
-        self.run_log.begin(self.epoch, facts)
+    def _score(self) -> Mapping[str, Any]:
+        assert self.job.evaluation is not None  # InTraining scores only where there is one
+        return self.job.evaluation.score(self.job.model)
 
     @contextlib.contextmanager
     def _open_log(self) -> Iterator[tuple[Any, Any]]:

@@ -23,7 +23,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,8 +44,8 @@ from accelpipe.engines import (
     run_facts,
     torch_flops,
 )
-from accelpipe.engines.evaluations import Evaluations, InTrainingEval, RunClock, due
-from accelpipe.engines.run_log import RunLog, mlperf_facts
+from accelpipe.engines.evaluations import InTraining, InTrainingEval
+from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
     SECTIONS,
@@ -158,7 +158,7 @@ def run_training(
                 resumed_from=resumed_from,
                 world_size=ctx.world_size,
                 global_batch=train_cfg.batch_size,
-                job_facts=job.facts | trainer.evaluation_facts(),
+                job_facts=job.facts | trainer.in_training.facts(),
                 flops=trainer.flops,
                 gemm=gemm,
                 power=energy,
@@ -251,26 +251,15 @@ class Trainer:
         self.scaler = device.grad_scaler()  # fp16 only: bf16 and fp32 need no loss scaling
         self.epoch = 0
         self.step = 0
-        self.clock = RunClock()
-        self.evaluations = self._evaluations()
-        self.target_reached = False  # an evaluation reached the quality target
-        # mllog.txt, for a run that evaluates (MLPerf's log is a time to a target)
-        self.run_log = run_log if self.evaluations is not None else None
+        self.in_training = InTraining(
+            work_dir, cfg, job.evaluation, writes=self.dist.is_main, run_log=run_log
+        )
         # FLOPs of this process's first step, counted while it runs (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "torch.compile: FlopCounterMode sees the compiled graph's ops only"}
             if cfg.compile
             else None
         )
-
-    def _evaluations(self) -> Evaluations | None:
-        """The run's evaluations (none without train.eval_every); a job that cannot evaluate
-        while training is a config error the workload's schema prevents."""
-        if self.cfg.eval_every == 0:
-            return None
-        if self.job.evaluation is None:
-            raise ValueError("train.eval_every is set, but the workload gave no evaluation")
-        return Evaluations(self.work_dir, writes=self.dist.is_main)
 
     def _replicate(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.dist.world_size == 1:
@@ -298,7 +287,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "torch_rng": torch.random.get_rng_state(),
-            "run_s": self.clock.seconds(),
+            "run_s": self.in_training.clock.seconds(),
         }
         tmp = self.work_dir / (CHECKPOINT + ".tmp")
         torch.save(state, tmp)
@@ -311,7 +300,7 @@ class Trainer:
         if not path.exists():
             if self.dist.is_main:
                 truncate_log(self.work_dir, 0)
-            self._resume_evaluations()
+            self.in_training.resume(0, 0.0, self._rank0s)
             return False
         state = torch.load(path, map_location=self.device.torch_device, weights_only=False)
         self.model.load_state_dict(state["model"])
@@ -321,36 +310,27 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         torch.random.set_rng_state(state["torch_rng"])
         self.epoch, self.step = state["epoch"], state["step"]
-        self.clock = RunClock(state.get("run_s", 0.0))
-        self._resume_evaluations()
+        self.in_training.resume(self.step, state.get("run_s", 0.0), self._rank0s)
         if self.dist.is_main:
             truncate_log(self.work_dir, self.step)
         return True
 
-    def _resume_evaluations(self) -> None:
-        """The evaluations up to the checkpoint's step (none without one); whether one
-        reached the target, as rank 0 read it, on every rank."""
-        if self.evaluations is None:
-            return
-        self.evaluations.resume(self.step)
-        reached = self.evaluations.reached
-        self.target_reached = self.dist.rank0_flag(reached, self.device.torch_device)
+    def _rank0s(self, flag: bool) -> bool:
+        """Rank 0's `flag` on every rank."""
+        return self.dist.rank0_flag(flag, self.device.torch_device)
 
     # -- the loop ------------------------------------------------------------
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:
         """Train to the last epoch, or to the first evaluation that reaches the target with
         train.stop_at_target; the run's clock starts here (initialisation is done)."""
-        self._begin_run_log()
-        self.clock.start()
+        self.in_training.start(self.epoch, self.device.name, self.cfg.batch_size)
         with self._open_log() as (log_file, writer), self._profiler() as prof:
-            while self.epoch < self.cfg.epochs and not self.stopped_at_target:
+            while self.epoch < self.cfg.epochs and not self.in_training.stopped:
                 started = time.perf_counter()
-                if self.run_log is not None:
-                    self.run_log.epoch_start(self.epoch + 1)
+                self.in_training.epoch_start(self.epoch + 1)
                 mean_loss, samples = self._run_epoch(writer, prof)
                 self.epoch += 1
-                if self.run_log is not None:
-                    self.run_log.epoch_stop(self.epoch)
+                self.in_training.epoch_stop(self.epoch)
                 if log_file is not None:
                     log_file.flush()
                     rate = samples / (time.perf_counter() - started)
@@ -361,68 +341,27 @@ class Trainer:
                         mean_loss,
                         rate,
                     )
-                self._evaluate()
+                self.in_training.after_epoch(
+                    self.epoch,
+                    self.step,
+                    self.step * self.cfg.batch_size,
+                    self._score if self.dist.is_main else None,  # the others wait for it
+                    self._rank0s,
+                )
                 self._save_checkpoint()
                 if on_epoch_end is not None:
                     on_epoch_end(self.epoch)
-        if self.run_log is not None:
-            self.run_log.end(self.target_reached)
+        self.in_training.end()
 
-    def _begin_run_log(self) -> None:
-        if self.run_log is None:
-            return
-        assert self.job.evaluation is not None  # a run log only where the run evaluates
-        facts = mlperf_facts(
-            self.job.evaluation.target.workload,
-            self.device.name,
-            self.cfg.batch_size,
-            self.cfg.lr,
-            self.cfg.seed,
-        )
-        self.run_log.begin(self.epoch, facts)
-
-    @property
-    def stopped_at_target(self) -> bool:
-        return self.cfg.stop_at_target and self.target_reached
-
-    def _evaluate(self) -> None:
-        """After a due epoch, rank 0 scores the bare model and logs it; every rank learns
-        whether that evaluation reached the target (the others wait for it)."""
-        if self.evaluations is None or not due(self.epoch, self.cfg.epochs, self.cfg.eval_every):
-            return
-        assert self.job.evaluation is not None  # _evaluations checked it
-        reached = False
-        if self.dist.is_main:
-            started = time.perf_counter()
-            if self.run_log is not None:
-                self.run_log.eval_start(self.epoch)
-            self.model.eval()
-            with torch.no_grad(), _random_state_kept():
-                metrics = self.job.evaluation.score(self.model)
-            self.model.train()
-            if self.run_log is not None:
-                self.run_log.eval_stop(self.epoch, metrics.get(self.job.evaluation.target.metric))
-            reached = self.evaluations.add(
-                metrics,
-                self.job.evaluation.target,
-                epoch=self.epoch,
-                step=self.step,
-                samples=self.step * self.cfg.batch_size,
-                eval_s=time.perf_counter() - started,
-                run_s=self.clock.seconds(),
-            )
-            log.info("evaluation after epoch %d: %s", self.epoch, self.evaluations.rows[-1])
-        if self.dist.rank0_flag(reached, self.device.torch_device):
-            self.target_reached = True
-
-    def evaluation_facts(self) -> dict[str, Any]:
-        """stage.json's account of the evaluations inside training."""
-        if self.evaluations is None:
-            return {}
-        return {
-            "evaluations": len(self.evaluations.rows),
-            "stopped_at_target": self.stopped_at_target,
-        }
+    def _score(self) -> Mapping[str, Any]:
+        """The workload's metrics of the bare model as it is, in inference mode, the random
+        streams left as they were."""
+        assert self.job.evaluation is not None  # InTraining scores only where there is one
+        self.model.eval()
+        with torch.no_grad(), _random_state_kept():
+            metrics = self.job.evaluation.score(self.model)
+        self.model.train()
+        return metrics
 
     @contextlib.contextmanager
     def _open_log(self) -> Iterator[tuple[Any, LogWriter | None]]:
