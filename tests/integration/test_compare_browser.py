@@ -206,7 +206,10 @@ def _expected(run: Path) -> dict[str, tuple[float | None, bool]]:
         "samples_per_s": rate,
         "stage_samples_per_s": perf["stage_throughput"]["samples_per_s"],
         **{f"per_step_samples_per_s_{q}": spread[q] for q in ("p10", "p90")},
-        **{k: perf[k] for k in ("time_to_train_s", "world_size", "global_batch")},
+        **{
+            k: perf[k]
+            for k in ("time_to_train_s", "time_to_target_s", "world_size", "global_batch")
+        },
         "reference_ratio": (perf["reference"] or {}).get("ratio"),
         "nodes": nodes,
         **{k: compute[k] for k in ("flops_per_sample", "model_tflops", "mfu", "gemm_fraction")},
