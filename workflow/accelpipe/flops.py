@@ -11,7 +11,7 @@ normalisation, the loss, the optimizer's update) is left out by both. No framewo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +112,31 @@ def smaller_probe(size: int, repeats: int, warm_product_s: float, budget_s: floa
     if warm_product_s * repeats <= budget_s or size // 2 < MIN_PROBE_SIZE:
         return None
     return size // 2
+
+
+def fit_probe(
+    backend: str,
+    size: int | None,
+    repeats: int | None,
+    warmup: int,
+    budget_s: float | None,
+    warm: Callable[[int], float],
+) -> tuple[int, int]:
+    """The (size, repeats) a matmul probe times: those given, else the backend's plan, its
+    size halved while `warm(size)` (the warm-up at that size, returning its last product's
+    seconds) says the timed products would overrun the budget. A size given, or no warm-up,
+    is kept as it is (`warm` still runs once: the probe times the operands it made)."""
+    plan = probe_plan(backend)
+    fixed = size is not None or warmup == 0  # nothing to shrink, or nothing to judge by
+    size = size or plan.size
+    repeats = repeats or plan.repeats
+    budget = plan.budget_s if budget_s is None else budget_s
+    while True:
+        seconds = warm(size)
+        smaller = None if fixed else smaller_probe(size, repeats, seconds, budget)
+        if smaller is None:
+            return size, repeats
+        size = smaller
 
 
 def gemm_flops(size: int) -> int:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.flops import GemmResult, gemm_tflops, probe_plan, smaller_probe
+from accelpipe.flops import GemmResult, fit_probe, gemm_tflops
 from accelpipe.keras2 import tf
 
 MEASURED_BY = "tf.linalg.matmul (eager)"
@@ -69,20 +69,17 @@ def measure_gemm_tflops(
     precision, after `warmup` untimed ones. Defaults from the backend's `flops.probe_plan`,
     whose size is halved while the warm-up says the timed products would overrun `budget_s`;
     a `size` given is kept."""
-    plan = probe_plan(device.backend)
-    fits = size is not None or warmup == 0  # nothing to shrink, or nothing to judge by
-    size = size or plan.size
-    repeats = repeats or plan.repeats
-    budget_s = plan.budget_s if budget_s is None else budget_s
     dtype = _DTYPES[device.precision]
+    operands: list[tf.Tensor] = []  # the last warmed-up size's a and b
+
+    def warm(n: int) -> float:
+        a, b = _operands(n, dtype)
+        operands[:] = [a, b]
+        return _warm_up(a, b, warmup)
+
     with tf.device(device.device):
-        while True:
-            a, b = _operands(size, dtype)
-            warm = _warm_up(a, b, warmup)
-            smaller = None if fits else smaller_probe(size, repeats, warm, budget_s)
-            if smaller is None:
-                break
-            size = smaller
+        size, repeats = fit_probe(device.backend, size, repeats, warmup, budget_s, warm)
+        a, b = operands
         _wait(a)
         start = clock()
         product = a

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from accelpipe.devices.torch_device import Device
-from accelpipe.flops import GemmResult, gemm_tflops, probe_plan, smaller_probe
+from accelpipe.flops import GemmResult, fit_probe, gemm_tflops
 
 MEASURED_BY = "torch.matmul"
 WARMUP = 2
@@ -88,22 +88,18 @@ def measure_gemm_tflops(
     precision, after `warmup` untimed ones. Defaults from the backend's `flops.probe_plan`,
     whose size is halved while the warm-up says the timed products would overrun `budget_s`;
     a `size` given is kept."""
-    plan = probe_plan(device.backend)
-    fits = size is not None or warmup == 0  # nothing to shrink, or nothing to judge by
-    size = size or plan.size
-    repeats = repeats or plan.repeats
-    budget_s = plan.budget_s if budget_s is None else budget_s
     dtype = _DTYPES[device.precision]
+    operands: list[torch.Tensor] = []  # the last warmed-up size's a, b and out
+
+    def warm(n: int) -> float:
+        a, b = _operand(n, dtype, device, 0), _operand(n, dtype, device, 1)
+        out = torch.empty_like(a)
+        operands[:] = [a, b, out]
+        return _warm_up(a, b, out, device, warmup)
+
     with torch.no_grad():
-        while True:
-            a = _operand(size, dtype, device, 0)
-            b = _operand(size, dtype, device, 1)
-            out = torch.empty_like(a)
-            warm = _warm_up(a, b, out, device, warmup)
-            smaller = None if fits else smaller_probe(size, repeats, warm, budget_s)
-            if smaller is None:
-                break
-            size = smaller
+        size, repeats = fit_probe(device.backend, size, repeats, warmup, budget_s, warm)
+        a, b, out = operands
         _synchronize(device)
         start = clock()
         for _ in range(repeats):
