@@ -25,7 +25,8 @@ from typing import Any
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES, ROOT, SPLITS
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from accelpipe.datasets.ade20k_tfrecord import FEATURES, encode, pair_files, pairs
-from accelpipe.datasets.download import download, safe_extract
+from accelpipe.datasets.archives import safe_extract
+from accelpipe.datasets.download import download
 from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.datasets.tfrecord import Split, write_splits
 from accelpipe.errors import DataError

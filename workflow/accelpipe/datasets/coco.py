@@ -27,10 +27,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from accelpipe.datasets.archives import safe_extract
 from accelpipe.datasets.coco_instances import SplitStats, load_instances, records
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.coco_tfrecord import encode, image_files
-from accelpipe.datasets.download import download, safe_extract
+from accelpipe.datasets.download import download
 from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.datasets.tfrecord import Split, write_splits
 from accelpipe.errors import ConfigError, DataError

@@ -27,7 +27,8 @@ from typing import Any
 
 from PIL import Image
 
-from accelpipe.datasets.download import md5sum, one_line
+from accelpipe.datasets.archives import one_line
+from accelpipe.datasets.download import md5sum
 from accelpipe.datasets.imagenet_layout import (
     DEVKIT,
     KEY,

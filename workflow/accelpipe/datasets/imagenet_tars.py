@@ -22,13 +22,13 @@ from typing import IO
 import numpy as np
 import scipy.io
 
-from accelpipe.datasets.download import (
+from accelpipe.datasets.archives import (
     EndCheckingTarInfo,
-    md5sum,
     one_line,
     safe_extract,
     tar_member_problem,
 )
+from accelpipe.datasets.download import md5sum
 from accelpipe.datasets.imagenet_layout import GROUND_TRUTH, KEY, ROOT, known_words, val_name
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.io import write_json

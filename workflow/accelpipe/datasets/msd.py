@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from accelpipe.datasets.download import download, safe_extract
+from accelpipe.datasets.archives import safe_extract
+from accelpipe.datasets.download import download
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
 

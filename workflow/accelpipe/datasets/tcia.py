@@ -29,7 +29,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from accelpipe.datasets import dicom
-from accelpipe.datasets.download import download, safe_extract
+from accelpipe.datasets.archives import safe_extract
+from accelpipe.datasets.download import download
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
 
