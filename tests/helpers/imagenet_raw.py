@@ -11,6 +11,7 @@ import pytest
 
 from accelpipe.datasets import imagenet
 from accelpipe.datasets.sources import make_raw
+from tests.helpers.archives import limits_block
 
 SYNTH = {"classes": 4, "train_per_class": 5, "val_per_class": 3, "size": [40, 32], "seed": 3}
 
@@ -18,6 +19,7 @@ SYNTH = {"classes": 4, "train_per_class": 5, "val_per_class": 3, "size": [40, 32
 def imagenet_config(source: str = "synthetic", **import_keys: object) -> dict:
     """The `datasets.imagenet` config block of a source, with SYNTH and these import keys."""
     block = {"train_tar": None, "val_tar": None, "devkit": None, "val_labels": None, "md5": {}}
+    block["archive"] = limits_block()
     return {"source": source, "synthetic": dict(SYNTH), "import": {**block, **import_keys}}
 
 

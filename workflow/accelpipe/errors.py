@@ -18,3 +18,9 @@ class DataError(AccelpipeError):
 
 class BackendUnavailableError(AccelpipeError):
     """The requested backend's runtime (CUDA, ROCm, habana_frameworks) is not present."""
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """`text` cut to `limit` characters with an ellipsis: for names and text that come from
+    an input (an archive member, a server's answer) quoted in a message, which may be huge."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

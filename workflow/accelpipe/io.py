@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import os
 import shutil
@@ -24,19 +25,60 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `final`; rename it onto `final` on success.
 
     Works for files and directories. On error the temporary is removed and
-    `final` (if it existed) is left untouched.
+    `final` (if it existed) is left untouched; a full disk or quota is a DataError naming
+    `final`.
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    with disk_full_names(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     target = tmp / final.name
     try:
-        yield target
+        with disk_full_names(final):
+            yield target
         if final.is_dir() and not final.is_symlink():
             shutil.rmtree(final)
         os.replace(target, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# A full disk and a full quota: the user frees space and reruns.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space_error(err: BaseException, path: str | os.PathLike[str]) -> DataError | None:
+    """`err` as a one-line DataError naming `path` (what was being written) and the space
+    left there, if it says the disk or the quota is full; else None."""
+    if not isinstance(err, OSError) or err.errno not in _NO_SPACE:
+        return None
+    reason = err.strerror or os.strerror(err.errno)
+    return DataError(f"{path}: {reason} ({free_space(path)}); free some space and rerun")
+
+
+def free_space(path: str | os.PathLike[str]) -> str:
+    """The space left on the file system holding `path` (or its nearest existing parent),
+    e.g. "1.5 MB free"."""
+    where = Path(path).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return "free space unknown"
+    return f"{free / 1e9:.3g} GB free" if free >= 1e8 else f"{free / 1e6:.3g} MB free"
+
+
+@contextlib.contextmanager
+def disk_full_names(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn a full disk or quota met inside the block into a DataError naming `path`."""
+    try:
+        yield
+    except OSError as err:
+        full = no_space_error(err, path)
+        if full is None:
+            raise
+        raise full from None
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

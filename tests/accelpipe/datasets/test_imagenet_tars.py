@@ -15,7 +15,10 @@ from accelpipe.datasets import imagenet, imagenet_layout, imagenet_tars
 from accelpipe.datasets.download import md5sum
 from accelpipe.datasets.sources import make_raw
 from accelpipe.errors import ConfigError, DataError
+from tests.helpers.archives import schema_limits
 from tests.helpers.imagenet_raw import imagenet_config
+
+LIMITS = schema_limits()
 
 
 def _tar(path: Path, members: dict[str, bytes]) -> Path:
@@ -96,7 +99,9 @@ def test_import_with_csv_labels_and_header(tars, tmp_path):
         "ILSVRC2012_val_00000002,n01440764 1 2 3 4\n"
         "ILSVRC2012_val_00000003,n01443537 1 2 3 4 n01443537 5 6 7 8\n"
     )
-    root = imagenet_tars.import_tars(tmp_path / "raw", **{**tars, "val_labels": csv_labels})
+    root = imagenet_tars.import_tars(
+        tmp_path / "raw", **{**tars, "val_labels": csv_labels}, limits=LIMITS
+    )
     assert _val_layout(root)["ILSVRC2012_val_00000002.JPEG"] == "n01440764"
 
 
@@ -104,7 +109,7 @@ def test_import_checks_md5_and_names_the_file(tars, tmp_path):
     actual = md5sum(tars["val_tar"])
     md5 = {"train_tar": md5sum(tars["train_tar"]), "val_tar": "0" * 32}
     with pytest.raises(DataError, match=f"{tars['val_tar']}: md5 mismatch.*{'0' * 32}.*{actual}"):
-        imagenet_tars.import_tars(tmp_path / "raw", **tars, md5=md5)
+        imagenet_tars.import_tars(tmp_path / "raw", **tars, md5=md5, limits=LIMITS)
 
 
 def test_missing_import_keys_are_named(tars, tmp_path):
@@ -123,10 +128,10 @@ def test_corrupt_inner_tar_is_named(tars, tmp_path):
     good = _tar_bytes({"n01440764_1.JPEG": _jpeg(64, 64)})
     _tar(tars["train_tar"], {"n01440764.tar": good, "n01443537.tar": b"garbage" * 200})
     with pytest.raises(DataError, match=r"n01443537\.tar: truncated or corrupt"):
-        imagenet_tars.import_tars(tmp_path / "a", **tars)
+        imagenet_tars.import_tars(tmp_path / "a", **tars, limits=LIMITS)
     _tar(tars["train_tar"], {"n01440764.tar": good[:600]})
     with pytest.raises(DataError, match=r"n01440764\.tar: truncated"):
-        imagenet_tars.import_tars(tmp_path / "b", **tars)
+        imagenet_tars.import_tars(tmp_path / "b", **tars, limits=LIMITS)
 
 
 @pytest.mark.parametrize("cut", [13_000, 512 + 10240], ids=["mid-member", "at-boundary"])
@@ -135,14 +140,14 @@ def test_truncated_outer_tar_is_named(tars, tmp_path, cut):
     data = tars["train_tar"].read_bytes()
     tars["train_tar"].write_bytes(data[:cut])
     with pytest.raises(DataError, match=f"{tars['train_tar']}: .*truncated"):
-        imagenet_tars.import_tars(tmp_path / "raw", **tars)
+        imagenet_tars.import_tars(tmp_path / "raw", **tars, limits=LIMITS)
 
 
 @pytest.mark.parametrize("member", ["../evil.JPEG", "/tmp/evil.JPEG", "sub/../../evil.JPEG"])
 def test_path_escape_in_inner_tar_is_refused(tars, tmp_path, member):
     _tar(tars["train_tar"], {"n01440764.tar": _tar_bytes({member: _jpeg()})})
     with pytest.raises(DataError, match=r"n01440764\.tar: refusing member"):
-        imagenet_tars.import_tars(tmp_path / "raw", **tars)
+        imagenet_tars.import_tars(tmp_path / "raw", **tars, limits=LIMITS)
     assert not (tmp_path / "evil.JPEG").exists()
 
 
@@ -154,26 +159,26 @@ def test_links_in_inner_tar_are_refused(tars, tmp_path):
         tf.addfile(link)
     _tar(tars["train_tar"], {"n01440764.tar": buf.getvalue()})
     with pytest.raises(DataError, match="only regular files"):
-        imagenet_tars.import_tars(tmp_path / "raw", **tars)
+        imagenet_tars.import_tars(tmp_path / "raw", **tars, limits=LIMITS)
 
 
 def test_val_image_without_label(tars, tmp_path):
     tars["val_labels"].write_text("ILSVRC2012_val_00000001.JPEG n01443537\n")
     with pytest.raises(DataError, match=r"ILSVRC2012_val_00000002\.JPEG has no label in .*val_lab"):
-        imagenet_tars.import_tars(tmp_path / "raw", **tars)
+        imagenet_tars.import_tars(tmp_path / "raw", **tars, limits=LIMITS)
 
 
 def test_labels_for_images_not_in_the_tar(tars, tmp_path):
     with tars["val_labels"].open("a") as fh:
         fh.write("ILSVRC2012_val_00000009.JPEG n01440764\n")
     with pytest.raises(DataError, match=r"val_labels\.txt: labels 1 image.*00000009"):
-        imagenet_tars.import_tars(tmp_path / "raw", **tars)
+        imagenet_tars.import_tars(tmp_path / "raw", **tars, limits=LIMITS)
 
 
 def test_val_label_with_unknown_class(tars, tmp_path):
     tars["val_labels"].write_text(tars["val_labels"].read_text().replace("n01440764", "n09999999"))
     with pytest.raises(DataError, match=r"no class tar.*n09999999"):
-        imagenet_tars.import_tars(tmp_path / "raw", **tars)
+        imagenet_tars.import_tars(tmp_path / "raw", **tars, limits=LIMITS)
 
 
 def test_devkit_ground_truth_with_unknown_id(imagenet_raw, tmp_path):
@@ -184,4 +189,4 @@ def test_devkit_ground_truth_with_unknown_id(imagenet_raw, tmp_path):
     members[truth] = b"1\n77\n"
     devkit = _tar(tmp_path / "devkit.tar", members)
     with pytest.raises(DataError, match=r"devkit\.tar: .*ground_truth\.txt line 2: '77'"):
-        imagenet_tars.read_devkit(devkit)
+        imagenet_tars.read_devkit(devkit, LIMITS)

@@ -14,10 +14,12 @@ import pytest
 
 from accelpipe.datasets.msd import MSD_TASKS, check_layout, fetch_task
 from accelpipe.errors import DataError
+from tests.helpers.archives import schema_limits
 from tests.helpers.http_server import FileServer
 
 TASK = "Task01_BrainTumour"
 CASES = ("BRATS_001", "BRATS_002")
+LIMITS = schema_limits()
 
 
 def _write_task(root: Path, *, with_labels: bool = True) -> Path:
@@ -76,7 +78,9 @@ def server(tmp_path: Path) -> Iterator[FileServer]:
 def test_fetch_task_gives_msd_layout(server: FileServer, tmp_path: Path) -> None:
     archive, md5 = _make_tar(tmp_path, f"{TASK}.tar")
     raw = tmp_path / "raw"
-    task_dir = fetch_task(TASK, raw, url=server.url(archive.name), md5=md5, progress=False)
+    task_dir = fetch_task(
+        TASK, raw, url=server.url(archive.name), md5=md5, limits=LIMITS, progress=False
+    )
 
     assert task_dir == raw / TASK
     check_layout(task_dir)
@@ -96,17 +100,17 @@ def test_fetch_task_is_idempotent(server: FileServer, tmp_path: Path) -> None:
     archive, md5 = _make_tar(tmp_path, f"{TASK}.tar")
     raw, downloads = tmp_path / "raw", tmp_path / "downloads"
     kwargs = {"url": server.url(archive.name), "md5": md5, "download_dir": downloads}
-    first = fetch_task(TASK, raw, progress=False, **kwargs)
+    first = fetch_task(TASK, raw, limits=LIMITS, progress=False, **kwargs)
     marker = first / "imagesTr" / "BRATS_001.nii.gz"
     mtime = marker.stat().st_mtime_ns
-    assert fetch_task(TASK, raw, progress=False, **kwargs) == first
+    assert fetch_task(TASK, raw, limits=LIMITS, progress=False, **kwargs) == first
     assert marker.stat().st_mtime_ns == mtime  # not re-extracted
     assert len(server.log) == 1
     assert sorted(p.name for p in raw.iterdir()) == [TASK]  # download_dir honoured
 
     # A damaged folder is rebuilt from the cached archive, still without a new request.
     (first / "dataset.json").unlink()
-    fetch_task(TASK, raw, progress=False, **kwargs)
+    fetch_task(TASK, raw, limits=LIMITS, progress=False, **kwargs)
     check_layout(first)
     assert len(server.log) == 1
 
@@ -115,7 +119,7 @@ def test_archive_missing_labels_is_refused(server: FileServer, tmp_path: Path) -
     archive, md5 = _make_tar(tmp_path, "broken.tar", with_labels=False)
     raw = tmp_path / "raw"
     with pytest.raises(DataError, match="labelsTr") as err:
-        fetch_task(TASK, raw, url=server.url(archive.name), md5=md5, progress=False)
+        fetch_task(TASK, raw, url=server.url(archive.name), md5=md5, limits=LIMITS, progress=False)
     assert "broken.tar" in str(err.value)
     assert sorted(p.name for p in raw.iterdir()) == [".downloads"]  # no half task folder
 
@@ -124,7 +128,12 @@ def test_archive_without_task_folder_is_refused(server: FileServer, tmp_path: Pa
     archive, md5 = _make_tar(tmp_path, "other.tar")
     with pytest.raises(DataError, match=r"no top-level folder Task02_Heart/.*Task01_BrainTumour"):
         fetch_task(
-            "Task02_Heart", tmp_path / "raw", url=server.url(archive.name), md5=md5, progress=False
+            "Task02_Heart",
+            tmp_path / "raw",
+            url=server.url(archive.name),
+            md5=md5,
+            limits=LIMITS,
+            progress=False,
         )
     assert not (tmp_path / "raw" / "Task02_Heart").exists()
 
@@ -133,7 +142,12 @@ def test_wrong_md5_is_refused_before_extraction(server: FileServer, tmp_path: Pa
     archive, _ = _make_tar(tmp_path, f"{TASK}.tar")
     with pytest.raises(DataError, match="md5 mismatch"):
         fetch_task(
-            TASK, tmp_path / "raw", url=server.url(archive.name), md5="0" * 32, progress=False
+            TASK,
+            tmp_path / "raw",
+            url=server.url(archive.name),
+            md5="0" * 32,
+            limits=LIMITS,
+            progress=False,
         )
     assert not (tmp_path / "raw" / TASK).exists()
 
@@ -150,7 +164,7 @@ def test_check_layout_names_missing_piece(tmp_path: Path) -> None:
 
 def test_unknown_task_needs_url(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="unknown MSD task 'Task99_Nope'"):
-        fetch_task("Task99_Nope", tmp_path)
+        fetch_task("Task99_Nope", tmp_path, limits=LIMITS)
 
 
 def test_official_task01_source() -> None:

@@ -259,3 +259,24 @@ def test_copy_when_hard_links_fail(
     assert files and all(p.stat().st_nlink == 1 for p in files)
     shutil.rmtree(tmp_path / "downloads")
     assert _tree(tmp_path / "raw")  # the raw tree does not depend on the downloads
+
+
+def test_symlink_bomb_zip_is_one_short_line(
+    nbia: FakeNbia, server: FileServer, tmp_path: Path
+) -> None:
+    """NBIA publishes no checksum: a small zip whose "symlink" member inflates to 64 MiB
+    once wrote a 64 MB log line. Now it is refused from its header in one short line."""
+    buf = io.BytesIO()
+    info = zipfile.ZipInfo("link.dcm")
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o120777 << 16
+    with zipfile.ZipFile(buf, "w") as zf, zf.open(info, "w") as fh:
+        for _ in range(64):
+            fh.write(bytes(1 << 20))
+    seg = nbia.uids("SEG")[0]
+    nbia.zips[seg] = buf.getvalue()
+    with pytest.raises(DataError) as err:
+        _make_raw(server, tmp_path)
+    message = str(err.value)
+    assert "datasets.nsclc.tcia.archive.max_ratio" in message and f"{seg}.zip" in message
+    assert "\n" not in message and len(message) < 600

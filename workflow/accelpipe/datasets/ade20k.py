@@ -25,7 +25,7 @@ from typing import Any
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES, ROOT, SPLITS
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from accelpipe.datasets.ade20k_tfrecord import FEATURES, encode, pair_files, pairs
-from accelpipe.datasets.archives import safe_extract
+from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.download import download
 from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.datasets.tfrecord import Split, write_splits
@@ -50,12 +50,20 @@ def check_raw(raw: str | Path) -> dict[str, int]:
 # ----------------------------------------------------------------------------- sources
 
 
-def fetch(out: Path, downloads: str | Path, url: str, sha1: str, *, progress: bool = True) -> Path:
+def fetch(
+    out: Path,
+    downloads: str | Path,
+    url: str,
+    sha1: str,
+    *,
+    limits: ArchiveLimits,
+    progress: bool = True,
+) -> Path:
     """Download (resuming, sha1-checked) and extract the zip; its ADEChallengeData2016/ becomes
     `out`. The zip stays in `downloads`, so a rerun costs no transfer."""
     archive = download(url, Path(downloads) / f"{ROOT}.zip", sha1=sha1, progress=progress)
     unpacked = out.with_name(f".unpack-{out.name}")
-    safe_extract(archive, unpacked)
+    safe_extract(archive, unpacked, limits=limits)
     try:
         if not (unpacked / ROOT).is_dir():
             raise DataError(f"{archive}: has no top-level folder {ROOT}/")
@@ -85,7 +93,8 @@ def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
 
 
 def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
-    fetch(out, downloads, block["url"], block["sha1"])
+    limits = ArchiveLimits.from_config(block["archive"], "datasets.ade20k.download.archive")
+    fetch(out, downloads, block["url"], block["sha1"], limits=limits)
 
 
 SOURCES = RawSources(

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from accelpipe.datasets import msd
+from accelpipe.datasets.archives import ArchiveLimits
 from accelpipe.datasets.brats_case import CaseTask, prepare_case, release_scratch
 from accelpipe.datasets.brats_layout import LABELS, MODALITIES, TASK
 from accelpipe.datasets.brats_synthetic import synthesize
@@ -221,7 +222,14 @@ def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
 
 
 def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
-    msd.fetch_task(TASK, out, url=block["url"], md5=block["md5"], download_dir=downloads)
+    msd.fetch_task(
+        TASK,
+        out,
+        url=block["url"],
+        md5=block["md5"],
+        download_dir=downloads,
+        limits=ArchiveLimits.from_config(block["archive"], "datasets.brats.msd.archive"),
+    )
 
 
 def _link_copy(location: str, out: Path) -> None:

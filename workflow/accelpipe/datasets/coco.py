@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from accelpipe.datasets.archives import safe_extract
+from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.coco_instances import SplitStats, load_instances, records
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.coco_tfrecord import encode, image_files
@@ -97,6 +97,8 @@ def zip_table(download_cfg: dict[str, Any] | None = None) -> dict[str, dict[str,
     """ZIPS with the config's url / md5 overrides (`{train|val|annotations: {url, md5}}`)."""
     table = {name: dict(entry) for name, entry in ZIPS.items()}
     for key, override in (download_cfg or {}).items():
+        if key == "archive":  # the extraction limits, not a zip
+            continue
         if key not in ZIP_KEYS:
             raise ConfigError(
                 f"datasets.coco.download.{key}: unknown zip (known: {sorted(ZIP_KEYS)})"
@@ -110,6 +112,7 @@ def fetch(
     downloads: str | Path,
     table: dict[str, dict[str, str]] | None = None,
     *,
+    limits: ArchiveLimits,
     progress: bool = True,
 ) -> Path:
     """Download (resuming, md5-checked) and extract the three zips into the raw layout `out`.
@@ -123,7 +126,7 @@ def fetch(
             entry["url"], Path(downloads) / name, md5=entry.get("md5"), progress=progress
         )
         unpacked = out / f".unpack-{entry['folder']}"
-        safe_extract(archive, unpacked)
+        safe_extract(archive, unpacked, limits=limits)
         folder = unpacked / entry["folder"]
         if not folder.is_dir():
             raise DataError(f"{archive}: has no top-level folder {entry['folder']}/")
@@ -153,7 +156,8 @@ def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
 
 
 def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
-    fetch(out, downloads, zip_table(block))
+    limits = ArchiveLimits.from_config(block["archive"], "datasets.coco.download.archive")
+    fetch(out, downloads, zip_table(block), limits=limits)
 
 
 SOURCES = RawSources(

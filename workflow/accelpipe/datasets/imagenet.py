@@ -27,7 +27,7 @@ from typing import Any
 
 from PIL import Image
 
-from accelpipe.datasets.archives import one_line
+from accelpipe.datasets.archives import OWN_ARCHIVE, ArchiveLimits, one_line
 from accelpipe.datasets.download import md5sum
 from accelpipe.datasets.imagenet_layout import (
     DEVKIT,
@@ -198,6 +198,7 @@ def _import_raw(block: dict[str, Any], out: Path, downloads: Path) -> None:
         devkit=block["devkit"] or None,
         val_labels=block["val_labels"] or None,
         md5=block["md5"],
+        limits=ArchiveLimits.from_config(block["archive"], f"{KEY}.import.archive"),
     )
 
 
@@ -216,7 +217,8 @@ def _synthetic_raw(synth: dict[str, Any], out: Path, downloads: Path) -> None:
         )
     tars = {"train_tar": tars_dir / TRAIN_TAR, "val_tar": tars_dir / VAL_TAR}
     tars["devkit"] = tars_dir / DEVKIT
-    import_tars(out, **tars, md5={key: md5sum(path) for key, path in tars.items()})
+    md5: dict[str, str | None] = {key: md5sum(path) for key, path in tars.items()}
+    import_tars(out, **tars, md5=md5, limits=OWN_ARCHIVE)
 
 
 def _raw_facts(out: Path) -> dict[str, Any]:

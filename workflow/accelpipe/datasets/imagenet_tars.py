@@ -23,6 +23,7 @@ import numpy as np
 import scipy.io
 
 from accelpipe.datasets.archives import (
+    ArchiveLimits,
     EndCheckingTarInfo,
     one_line,
     safe_extract,
@@ -186,11 +187,11 @@ def _find(root: Path, name: str, devkit: Path) -> Path:
     return found[0]
 
 
-def read_devkit(devkit: str | Path) -> tuple[dict[str, str], dict[str, str]]:
+def read_devkit(devkit: str | Path, limits: ArchiveLimits) -> tuple[dict[str, str], dict[str, str]]:
     """The devkit's val labels {ILSVRC2012_val_*.JPEG: wnid} and class words {wnid: words}."""
     devkit = Path(devkit)
     with tempfile.TemporaryDirectory(prefix="imagenet-devkit-") as tmp:
-        staging = safe_extract(devkit, Path(tmp) / "devkit")
+        staging = safe_extract(devkit, Path(tmp) / "devkit", limits=limits)
         meta, truth = _find(staging, "meta.mat", devkit), _find(staging, GROUND_TRUTH, devkit)
         ids, words = _read_meta(meta, f"{devkit}: {meta.relative_to(staging)}")
         labels = _read_ground_truth(truth, ids, f"{devkit}: {truth.relative_to(staging)}")
@@ -240,12 +241,14 @@ def import_tars(
     devkit: str | Path | None = None,
     val_labels: str | Path | None = None,
     md5: dict[str, str | None] | None = None,
+    limits: ArchiveLimits,
 ) -> Path:
     """Lay the official archives out as an ImageFolder at `<out>/ILSVRC2012`; return it.
 
     Val labels come from `val_labels` if given, else from the devkit (which also gives the
-    class words). Checksums in `md5` ({key: hex or None}) are checked first. Archives are
-    read in one streaming pass each; `out` must not hold an ILSVRC2012 folder yet.
+    class words). Checksums in `md5` ({key: hex or None}) are checked first; `limits` bound
+    the devkit's extraction. Archives are read in one streaming pass each; `out` must not
+    hold an ILSVRC2012 folder yet.
     """
     given = {"train_tar": train_tar, "val_tar": val_tar, "devkit": devkit, "val_labels": val_labels}
     paths = {key: Path(p).expanduser() for key, p in given.items() if p is not None}
@@ -257,7 +260,7 @@ def import_tars(
     for key in ("train_tar", "val_tar", "devkit"):
         if key in paths:
             _check_md5(paths[key], (md5 or {}).get(key), key)
-    labels, words = read_devkit(paths["devkit"]) if "devkit" in paths else ({}, {})
+    labels, words = read_devkit(paths["devkit"], limits) if "devkit" in paths else ({}, {})
     source = paths.get("val_labels", paths.get("devkit"))
     if "val_labels" in paths:
         labels = read_val_labels(paths["val_labels"])

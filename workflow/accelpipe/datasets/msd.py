@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from accelpipe.datasets.archives import safe_extract
+from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.download import download
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
@@ -45,6 +45,7 @@ def fetch_task(
     url: str | None = None,
     md5: str | None = None,
     download_dir: str | os.PathLike[str] | None = None,
+    limits: ArchiveLimits,
     progress: bool = True,
 ) -> Path:
     """Make `<raw_dir>/<task>` a complete MSD task folder and return it.
@@ -66,7 +67,7 @@ def fetch_task(
     downloads = Path(download_dir) if download_dir is not None else Path(raw_dir) / ".downloads"
     archive_name = Path(urlsplit(url).path).name or f"{task}.tar"
     archive = download(url, downloads / archive_name, md5=md5, progress=progress)
-    _install(archive, task, task_dir)
+    _install(archive, task, task_dir, limits)
     return task_dir
 
 
@@ -106,11 +107,11 @@ def _missing_cases(task_dir: Path, training: list[object]) -> str | None:
     return None
 
 
-def _install(archive: Path, task: str, task_dir: Path) -> None:
+def _install(archive: Path, task: str, task_dir: Path, limits: ArchiveLimits) -> None:
     """Extract `archive` and move its `<task>/` folder onto `task_dir` once it checks out."""
     with atomic_path(task_dir) as tmp_task:
         # Extract beside tmp_task: atomic_path's private temp folder is removed in any case.
-        staging = safe_extract(archive, tmp_task.parent / "extracted")
+        staging = safe_extract(archive, tmp_task.parent / "extracted", limits=limits)
         extracted = staging / task
         if not extracted.is_dir():
             found = ", ".join(sorted(p.name for p in staging.iterdir())) or "nothing"

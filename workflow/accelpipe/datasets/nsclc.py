@@ -30,6 +30,7 @@ import nibabel as nib
 import numpy as np
 
 from accelpipe.datasets import dicom, tcia
+from accelpipe.datasets.archives import ArchiveLimits
 from accelpipe.datasets.nsclc_layout import COLLECTION
 from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.datasets.pool import map_tasks
@@ -254,7 +255,12 @@ def _synthesize(synth: dict[str, Any], out: Path, downloads: Path) -> None:
 def _download(block: dict[str, Any], out: Path, downloads: Path) -> None:
     out.mkdir(parents=True)
     facts = tcia.fetch_collection(
-        block["url"], block["collection"], out / COLLECTION, downloads, block["download_len"]
+        block["url"],
+        block["collection"],
+        out / COLLECTION,
+        downloads,
+        block["download_len"],
+        limits=ArchiveLimits.from_config(block["archive"], "datasets.nsclc.tcia.archive"),
     )
     log.info("fetched %(series)d series of %(patients)d patients from TCIA", facts)
 

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from accelpipe.datasets import dicom
-from accelpipe.datasets.archives import safe_extract
+from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.download import download
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
@@ -75,7 +75,7 @@ def _check_uid(uid: str, where: str) -> str:
     return uid
 
 
-def fetch_series(url: str, uid: str, downloads: Path) -> Path:
+def fetch_series(url: str, uid: str, downloads: Path, limits: ArchiveLimits) -> Path:
     """`<downloads>/series/<uid>/`, the series' DICOM files; downloaded and extracted if absent."""
     _check_uid(uid, url)
     done = downloads / "series" / uid
@@ -85,16 +85,16 @@ def fetch_series(url: str, uid: str, downloads: Path) -> Path:
         return done
     endpoint = _endpoint(url, "getImage", SeriesInstanceUID=uid)
     _fetch(endpoint, archive, progress=True)
-    _install(archive, done, endpoint)
+    _install(archive, done, endpoint, limits)
     archive.unlink()  # its files now live in `done`
     return done
 
 
-def _install(archive: Path, done: Path, endpoint: str) -> None:
+def _install(archive: Path, done: Path, endpoint: str, limits: ArchiveLimits) -> None:
     """Extract a series zip and move its .dcm files (flattened) into `done`, atomically."""
     with atomic_path(done) as tmp:
         try:
-            staging = safe_extract(archive, tmp.parent / "extracted")
+            staging = safe_extract(archive, tmp.parent / "extracted", limits=limits)
         except DataError as err:
             archive.unlink()  # a finished but corrupt zip would fail every rerun
             raise DataError(f"{err} (from {endpoint}; removed, rerun to download again)") from None
@@ -141,6 +141,8 @@ def fetch_collection(
     raw_root: Path,
     downloads: Path,
     download_len: int | None = None,
+    *,
+    limits: ArchiveLimits,
 ) -> dict[str, int]:
     """Fill `raw_root/<PatientID>/<SeriesInstanceUID>/` with SEG series and their CT series.
 
@@ -156,10 +158,10 @@ def fetch_collection(
     for n, item in enumerate(segs, 1):
         uid, patient = str(item["SeriesInstanceUID"]), str(item["PatientID"])
         log.info("series %d/%d: patient %s, SEG %s", n, len(segs), patient, uid)
-        seg_dir = fetch_series(url, uid, downloads)
+        seg_dir = fetch_series(url, uid, downloads, limits)
         ct_uid = _referenced_uid(seg_dir, f"SEG series {uid} of patient {patient}")
         try:
-            ct_dir = fetch_series(url, ct_uid, downloads)
+            ct_dir = fetch_series(url, ct_uid, downloads, limits)
         except DataError as err:
             raise DataError(
                 f"CT series {ct_uid} referenced by SEG series {uid} (patient {patient}) "
