@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from accelpipe.config import run_train, validate
+from accelpipe.config import load_slice, run_train, slice_schema, validate, validate_slice
 from accelpipe.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,3 +159,32 @@ def test_the_profiler_records_after_the_performance_warmup() -> None:
         validate(early)
     validate(early | {"performance": {"warmup_steps": 2}})
     validate({"ssd": {"profile": {"enabled": False, "schedule": {"wait": 0}}}})
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"unet2d": {"train": {"lr": float("nan")}}}, "'unet2d.train.lr': nan"),
+        ({"unet2d": {"train": {"lr": "nan"}}}, "'unet2d.train.lr': nan"),  # --config's text
+        ({"resnet50": {"train": {"weight_decay": float("inf")}}}, "'resnet50.train.weight_decay'"),
+        ({"unet2d": {"grid": {"train.lr": [0.001, float("nan")]}}}, "'unet2d.grid.train.lr[1]'"),
+        ({"datasets": {"brats": {"msd": {"archive": {"max_ratio": float("inf")}}}}}, "max_ratio"),
+    ],
+)
+def test_every_number_must_be_finite(config: dict, named: str) -> None:
+    """NaN fails no comparison, so a `minimum` alone let `lr: .nan` through."""
+    with pytest.raises(ConfigError, match=re.escape(named)) as err:
+        validate(config)
+    assert "is not a finite number" in str(err.value)
+
+
+def test_yaml_nan_in_a_config_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"'ssd\.train\.lr': nan is not a finite number"):
+        validate(yaml.safe_load("ssd:\n  train:\n    lr: .nan\n"))
+
+
+def test_a_stage_slice_with_nan_is_refused() -> None:
+    node = slice_schema("prepare", dataset="nsclc", variant="nifti")
+    text = '{"prepare": {"val_fraction": NaN}}'  # JSON as Python writes it for a NaN
+    with pytest.raises(ConfigError, match=r"stage: config key 'prepare.val_fraction': nan is"):
+        validate_slice(load_slice(text), node, "prepare")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from functools import cache
 from pathlib import Path
@@ -108,6 +109,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"config must be a mapping, got {type(config).__name__}")
     root = schema()
     filled: dict[str, Any] = _coerce(copy.deepcopy(config), root)
+    _check_finite(filled)
     validator = jsonschema.Draft7Validator(root)
     # Check unknown keys before filling defaults so the message names the user's key.
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
@@ -125,6 +127,19 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         if isinstance(block, dict) and block.get("profile", {}).get("enabled"):
             _check_profile_after_warmup(block, workload, filled["performance"]["warmup_steps"])
     return filled
+
+
+def _check_finite(value: Any, path: str = "") -> None:
+    """Every number is finite: NaN fails no comparison, so `minimum` and friends let it
+    through (and YAML's .nan / .inf, --config's nan and JSON's NaN all parse)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{path}': {value} is not a finite number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_finite(item, f"{path}[{index}]")
 
 
 def _check_profile_after_warmup(block: dict[str, Any], workload: str, warmup: int) -> None:
@@ -392,6 +407,10 @@ def validate_slice(value: dict[str, Any], node: dict[str, Any], stage: str) -> d
     full = {"definitions": schema()["definitions"], **node}
     validator = jsonschema.Draft7Validator(full)
     filled = copy.deepcopy(value)
+    try:
+        _check_finite(filled)
+    except ConfigError as err:
+        raise ConfigError(f"--config-json of the {stage} stage: {err}") from None
     # Unknown keys first, so the message names the key as given, not a default beside it.
     error = jsonschema.exceptions.best_match(validator.iter_errors(filled))
     if error is None:
