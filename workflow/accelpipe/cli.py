@@ -21,6 +21,7 @@ from pathlib import Path
 from accelpipe import containers, images, leases, stages
 from accelpipe.config import load_slice, slice_schema, validate_slice
 from accelpipe.errors import AccelpipeError
+from accelpipe.io import no_space_error
 from accelpipe.runtime import read_runtime
 from accelpipe.stages import examples
 
@@ -343,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         return run_stage(args, argv)
     except AccelpipeError as err:
         log.error("accelpipe %s: %s", args.stage, err)
+        return 2
+    except OSError as err:  # a full disk where no writer named its file: still one line
+        full = no_space_error(err, err.filename or Path.cwd())
+        if full is None:
+            raise
+        log.error("accelpipe %s: %s", args.stage, full)
         return 2
 
 

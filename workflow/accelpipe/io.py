@@ -11,13 +11,14 @@ import csv
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from accelpipe.errors import DataError
+from accelpipe.errors import AccelpipeError, DataError
 
 
 @contextlib.contextmanager
@@ -45,25 +46,39 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
 
 # A full disk and a full quota: the user frees space and reruns.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# numpy's tofile (np.save) reports a short write without the errno
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
 
 
 def no_space_error(err: BaseException, path: str | os.PathLike[str]) -> DataError | None:
     """`err` as a one-line DataError naming `path` (what was being written) and the space
     left there, if it says the disk or the quota is full; else None."""
-    if not isinstance(err, OSError) or err.errno not in _NO_SPACE:
+    if not isinstance(err, OSError) or not _disk_full(err, path):
         return None
-    reason = err.strerror or os.strerror(err.errno)
+    reason = err.strerror or os.strerror(errno.ENOSPC)
     return DataError(f"{path}: {reason} ({free_space(path)}); free some space and rerun")
+
+
+def _disk_full(err: OSError, path: str | os.PathLike[str]) -> bool:
+    if err.errno in _NO_SPACE:
+        return True
+    short = _SHORT_WRITE.search(str(err)) if err.errno is None else None
+    # a short write is a full disk where what was left to write does not fit
+    return short is not None and _free_bytes(path) < int(short[1]) - int(short[2])
+
+
+def _free_bytes(path: str | os.PathLike[str]) -> int:
+    where = Path(path).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    return shutil.disk_usage(where).free
 
 
 def free_space(path: str | os.PathLike[str]) -> str:
     """The space left on the file system holding `path` (or its nearest existing parent),
     e.g. "1.5 MB free"."""
-    where = Path(path).absolute()
-    while not where.exists() and where != where.parent:
-        where = where.parent
     try:
-        free = shutil.disk_usage(where).free
+        free = _free_bytes(path)
     except OSError:
         return "free space unknown"
     return f"{free / 1e9:.3g} GB free" if free >= 1e8 else f"{free / 1e6:.3g} MB free"
@@ -71,14 +86,28 @@ def free_space(path: str | os.PathLike[str]) -> str:
 
 @contextlib.contextmanager
 def disk_full_names(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn a full disk or quota met inside the block into a DataError naming `path`."""
+    """Turn a full disk or quota met inside the block into a DataError naming `path`; also
+    where a library wrapped the OSError in its own error (torch.save: "unexpected pos")."""
     try:
         yield
-    except OSError as err:
-        full = no_space_error(err, path)
+    except AccelpipeError:
+        raise  # already one line
+    except Exception as err:
+        full = _full_disk_behind(err, path)
         if full is None:
             raise
         raise full from None
+
+
+def _full_disk_behind(err: BaseException, path: str | os.PathLike[str]) -> DataError | None:
+    """The full-disk DataError of `err` or of the errors it was raised from, if any."""
+    seen: BaseException | None = err
+    while seen is not None:
+        full = no_space_error(seen, path)
+        if full is not None:
+            return full
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return None
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

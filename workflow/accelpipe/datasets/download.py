@@ -24,6 +24,7 @@ import urllib3
 from tqdm import tqdm
 
 from accelpipe.errors import DataError
+from accelpipe.io import disk_full_names
 
 if TYPE_CHECKING:
     from _hashlib import HASH  # what hashlib.new returns; hashlib itself names it only privately
@@ -124,7 +125,8 @@ def download(
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(dest)
     log.info("downloading %s -> %s", url, dest)
-    with requests.Session() as session:
+    # A full disk keeps the .part (a rerun resumes it) and names it.
+    with requests.Session() as session, disk_full_names(part):
         actual = _download_with_retries(
             session,
             url,

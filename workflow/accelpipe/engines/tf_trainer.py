@@ -58,9 +58,9 @@ from accelpipe.engines import (
 from accelpipe.engines.evaluations import InTraining, InTrainingEval
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
-from accelpipe.errors import ConfigError
+from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.tf_data_checks import data_errors
-from accelpipe.io import write_text
+from accelpipe.io import free_space, write_text
 from accelpipe.keras2 import keras, tf
 from accelpipe.launch import tf_launch
 from accelpipe.launch.tf_launch import InputShard
@@ -273,6 +273,19 @@ class TFTrainer:
     def step(self) -> int:
         return int(self._step.numpy())
 
+    def _save_checkpoint(self) -> None:
+        """A full disk is one DataError naming the checkpoint folder; the last checkpoint
+        stays whole (TF writes a new one beside it, into a temporary it drops here)."""
+        try:
+            self.manager.save(checkpoint_number=self.step)
+        except tf.errors.ResourceExhaustedError:  # TF's error for ENOSPC and EDQUOT
+            folder = Path(self.manager.directory)
+            shutil.rmtree(folder / f"ckpt-{self.step}_temp", ignore_errors=True)
+            raise DataError(
+                f"{folder}: no space left on device for the checkpoint of step {self.step} "
+                f"({free_space(folder)}); free some space and rerun"
+            ) from None
+
     def resume(self) -> bool:
         """Restore the last epoch checkpoint if one exists; return whether it did. Log rows
         past it (all of them without one: a run killed in its first epoch) are dropped."""
@@ -354,7 +367,7 @@ class TFTrainer:
                     self._chiefs,
                 )
                 self._run_s.assign(self.in_training.clock.seconds())
-                self.manager.save(checkpoint_number=self.step)
+                self._save_checkpoint()
                 rate = (
                     self.job.steps_per_epoch * self.job.batch_size / (time.perf_counter() - started)
                 )

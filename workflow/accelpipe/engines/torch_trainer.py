@@ -55,7 +55,7 @@ from accelpipe.engines.train_log import (
     open_log,
     truncate_log,
 )
-from accelpipe.io import write_text
+from accelpipe.io import disk_full_names, write_text
 from accelpipe.launch import torch_launch
 from accelpipe.launch.torch_launch import DistContext
 from accelpipe.settings import ProfileSettings, TorchTrain, view
@@ -147,7 +147,7 @@ def run_training(
             if not ctx.is_main:
                 return None
             weights = {"state_dict": trainer.model.state_dict(), **job.checkpoint}
-            torch.save(weights, work_dir / MODEL_FILE)
+            save_file(weights, work_dir / MODEL_FILE)
             energy = power_facts(
                 meter, backend=device.backend, world_size=ctx.world_size, nodes=train_cfg.nodes
             )
@@ -165,6 +165,19 @@ def run_training(
             )
     finally:
         ctx.destroy()
+
+
+def save_file(obj: Any, path: Path) -> None:
+    """torch.save `obj` to `path` through a temporary beside it, so an earlier `path` stays
+    whole; a full disk is one DataError naming `path` (torch's own file writer would only say
+    "unexpected pos")."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with disk_full_names(path), tmp.open("wb") as fh:
+            torch.save(obj, fh)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_for_eval(
@@ -289,9 +302,7 @@ class Trainer:
             "torch_rng": torch.random.get_rng_state(),
             "run_s": self.in_training.clock.seconds(),
         }
-        tmp = self.work_dir / (CHECKPOINT + ".tmp")
-        torch.save(state, tmp)
-        tmp.replace(self.work_dir / CHECKPOINT)
+        save_file(state, self.work_dir / CHECKPOINT)
 
     def resume(self) -> bool:
         """Load the last epoch checkpoint if one exists; return whether it did. Log rows past
