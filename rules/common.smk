@@ -106,6 +106,7 @@ def runtime_settings(framework):
         "runtime": "docker" if RUNTIME == "docker" else "local",
         "backend": config["backend"],
         "pool": config["accelerators"]["pool"],
+        "wait_s": config["accelerators"]["wait_s"],
     }
     if RUNTIME == "docker":
         c = config["containers"]

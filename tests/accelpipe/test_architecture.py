@@ -35,6 +35,7 @@ LAYERS = {
     "keras2": BASE,
     "registry": BASE,
     "leases": BASE,
+    "locks": BASE,  # lock files another user cannot turn against their owner
     "xspace": BASE,
     "provenance": BASE,
     "curves": BASE,

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
+import socket
+import time
 from pathlib import Path
 
 import pytest
 
-from accelpipe import containers
+from accelpipe import containers, images, locks
 from accelpipe.cli import stage_argv
 from accelpipe.errors import AccelpipeError
 
@@ -101,3 +106,83 @@ class _RefusedContainer:
 def test_a_refused_start_is_one_clear_error() -> None:
     with pytest.raises(AccelpipeError, match="could not start img: write child: broken pipe"):
         containers._start(_RefusedContainer(), "img")
+
+
+# --- the image-build lock (accelpipe.locks: the leases' lock directory) ---------------------
+
+REF = "localhost/accelpipe/cpu-pytorch:abc123"
+SPEC = images.spec_for("cpu", "pytorch")
+MP = multiprocessing.get_context("spawn")
+
+
+class _BuiltEngine:
+    """An engine that already has every image: `build` only asks for it."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.images = self
+
+    def get(self, ref: str) -> object:
+        self.asked.append(ref)
+        return object()
+
+
+def _hold_build_lock(lock_dir: str, ready) -> None:
+    """Another job building the image: holds its lock until killed."""
+    name = f"image-{containers.image_slug(REF)}.lock"
+    with locks.held(Path(lock_dir), name, wait_s=None, job="train:resnet50/default"):
+        ready.set()
+        time.sleep(3600)
+
+
+def test_build_once_takes_the_build_lock_and_leaves_it_free(tmp_path: Path) -> None:
+    engine = _BuiltEngine()
+    assert containers.build_once(SPEC, REF, engine, tmp_path / "locks", wait_s=0) == REF
+    assert engine.asked == [REF]
+    lock = tmp_path / "locks" / "image-cpu-pytorch-abc123.lock"
+    assert lock.read_text() == ""  # the holder record is gone with the lock
+    assert (tmp_path / "locks").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_planted_symlink_build_lock_leaves_its_target_untouched(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"someone's results\n" * 10)
+    before = victim.read_bytes()
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    (lock_dir / "image-cpu-pytorch-abc123.lock").symlink_to(victim)
+    engine = _BuiltEngine()
+    with pytest.raises(locks.UnsafeLockError, match=r"abc123\.lock is a symbolic link"):
+        containers.build_once(SPEC, REF, engine, lock_dir, wait_s=0)
+    assert victim.read_bytes() == before
+    assert engine.asked == []  # nothing built or asked without the lock
+
+
+def test_a_build_lock_dir_others_can_write_is_refused(tmp_path: Path) -> None:
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir()
+    lock_dir.chmod(0o777)
+    with pytest.raises(locks.UnsafeLockError, match="writable by others"):
+        containers.build_once(SPEC, REF, _BuiltEngine(), lock_dir, wait_s=0)
+    assert list(lock_dir.iterdir()) == []
+
+
+def test_a_held_build_lock_times_out_naming_the_builder(tmp_path: Path) -> None:
+    lock_dir = tmp_path / "locks"
+    ready = MP.Event()
+    builder = MP.Process(target=_hold_build_lock, args=(str(lock_dir), ready))
+    builder.start()
+    engine = _BuiltEngine()
+    try:
+        while not ready.wait(0.05):  # no deadline: only fail if the builder died
+            assert builder.is_alive(), "the builder process died before locking"
+        with pytest.raises(locks.LockTimeoutError) as err:
+            containers.build_once(SPEC, REF, engine, lock_dir, wait_s=0)
+    finally:
+        os.kill(builder.pid, signal.SIGKILL)
+        builder.join()
+    message = str(err.value)
+    assert f"by pid={builder.pid} host={socket.gethostname()} job=train:resnet50/default" in message
+    assert "image-cpu-pytorch-abc123.lock" in message and "\n" not in message
+    assert engine.asked == []
+    assert containers.build_once(SPEC, REF, engine, lock_dir, wait_s=0) == REF  # free again

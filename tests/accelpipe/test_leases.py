@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import signal
+import socket
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -74,8 +75,8 @@ def _lease_worker(
     Path(out).write_text(json.dumps(report))
 
 
-def _hold_forever(n: int, pool: list[str], lock_dir: str, ready) -> None:
-    with leases.lease(n, pool, lock_dir):
+def _hold_forever(n: int, pool: list[str], lock_dir: str, ready, job: str = "") -> None:
+    with leases.lease(n, pool, lock_dir, job=job):
         ready.set()
         time.sleep(3600)
 
@@ -202,10 +203,10 @@ def test_lock_files_of_another_user_are_locked_read_only(
 ) -> None:
     real_open = os.open
 
-    def open_without_write_permission(path, flags, *args):  # another user's 0644 file
-        if flags & (os.O_RDWR | os.O_WRONLY):
+    def open_without_write_permission(path, flags, *args, **kwargs):  # another user's 0644 file
+        if flags & (os.O_RDWR | os.O_WRONLY) and str(path).endswith(".lock"):
             raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kwargs)
 
     leases.lock_path(tmp_path, "0").touch()
     monkeypatch.setattr(leases.os, "open", open_without_write_permission)
@@ -218,8 +219,12 @@ def test_lock_files_of_another_user_are_locked_read_only(
 def test_unwritable_lock_dir_names_the_file_and_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def deny(path, flags, *args):
-        raise PermissionError(13, "Permission denied", str(path))
+    real_open = os.open
+
+    def deny(path, flags, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(leases.os, "open", deny)
     with (
@@ -235,6 +240,203 @@ def test_default_lock_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.delenv("ACCELPIPE_LOCK_DIR")
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # a per-job TMPDIR must not move the locks
     assert leases.default_lock_dir() == Path(f"/tmp/accelpipe-leases-{os.getuid()}")
+
+
+# --- a lock directory or lock file another user could turn against the one who leases ------
+# The tests run as root: "another user" is a directory chowned to uid 65534 (nobody).
+
+NOBODY = 65534
+
+
+def _victim(tmp_path: Path) -> tuple[Path, bytes]:
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"results the user cares about\n" * 10)
+    return victim, victim.read_bytes()
+
+
+def test_a_missing_lock_dir_is_created_private_in_one_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock_dir = tmp_path / "parent" / "locks"
+    old_umask = os.umask(0)  # a permissive umask must not open it up
+    try:
+        with _now(1, POOL, lock_dir):
+            pass
+    finally:
+        os.umask(old_umask)
+    assert lock_dir.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_lock_dir_of_another_user_is_refused(tmp_path: Path) -> None:
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    os.chown(lock_dir, NOBODY, NOBODY)
+    with pytest.raises(leases.locks.UnsafeLockError) as err, _now(1, POOL, lock_dir):
+        pass
+    assert f"{lock_dir} belongs to uid {NOBODY}" in str(err.value)
+    assert "ACCELPIPE_LOCK_DIR" in str(err.value) and "\n" not in str(err.value)
+    assert list(lock_dir.iterdir()) == []  # nothing created in it
+
+
+def test_a_sticky_lock_dir_of_another_user_is_refused(tmp_path: Path) -> None:
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir()
+    lock_dir.chmod(0o1777)  # its owner could still remove and replace our lock files
+    os.chown(lock_dir, NOBODY, NOBODY)
+    with (
+        pytest.raises(leases.locks.UnsafeLockError, match=f"belongs to uid {NOBODY}"),
+        _now(1, POOL, lock_dir),
+    ):
+        pass
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o722])
+def test_a_lock_dir_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir()
+    lock_dir.chmod(mode)
+    with pytest.raises(leases.locks.UnsafeLockError) as err, _now(1, POOL, lock_dir):
+        pass
+    assert f"{lock_dir} is writable by others (mode {mode:04o})" in str(err.value)
+    assert f"chmod go-w {lock_dir}" in str(err.value)
+    assert list(lock_dir.iterdir()) == []
+
+
+def test_a_root_owned_sticky_lock_dir_is_the_shared_setup_and_accepted(tmp_path: Path) -> None:
+    lock_dir = tmp_path / "shared"
+    lock_dir.mkdir()
+    lock_dir.chmod(0o1777)  # root's (we are root): what the docs tell an admin to make
+    with _now(2, POOL, lock_dir) as devices:
+        assert devices == ["0", "1"]
+
+
+def test_a_symlinked_lock_dir_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    lock_dir = tmp_path / "locks"
+    lock_dir.symlink_to(elsewhere)
+    with (
+        pytest.raises(leases.locks.UnsafeLockError, match=r"locks is a symbolic link"),
+        _now(1, POOL, lock_dir),
+    ):
+        pass
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_planted_symlink_lock_file_leaves_its_target_untouched(
+    tmp_path: Path, dangling: bool
+) -> None:
+    victim, before = _victim(tmp_path)
+    target = tmp_path / "not-yet" if dangling else victim
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    leases.lock_path(lock_dir, "0").symlink_to(target)
+    with pytest.raises(leases.locks.UnsafeLockError) as err, _now(1, ["0"], lock_dir):
+        pass
+    assert "0.lock is a symbolic link" in str(err.value) and "remove it" in str(err.value)
+    assert victim.read_bytes() == before
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_a_planted_hard_link_lock_file_leaves_the_other_name_untouched(tmp_path: Path) -> None:
+    victim, before = _victim(tmp_path)
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    os.link(victim, leases.lock_path(lock_dir, "0"))
+    with (
+        pytest.raises(leases.locks.UnsafeLockError, match=r"0\.lock has 2 names"),
+        _now(1, ["0"], lock_dir),
+    ):
+        pass
+    assert victim.read_bytes() == before
+
+
+def test_a_planted_fifo_lock_file_is_refused_without_hanging(tmp_path: Path) -> None:
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    os.mkfifo(leases.lock_path(lock_dir, "0"))
+    with (
+        pytest.raises(leases.locks.UnsafeLockError, match=r"0\.lock is not a regular file"),
+        _now(1, ["0"], lock_dir),
+    ):
+        pass
+
+
+def test_the_holder_record_replaces_a_longer_one_without_truncating_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = leases.lock_path(tmp_path, "0")
+    lock.write_text("stale record of a crashed holder " * 20)
+    flags_seen: list[int] = []
+    real_open = os.open
+
+    def recording_open(path, flags, *args, **kwargs):
+        flags_seen.append(flags)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(leases.locks.os, "open", recording_open)
+    with _now(
+        1,
+        ["0"],
+        tmp_path,
+    ) as devices:
+        text = lock.read_text()
+    assert devices == ["0"]
+    assert text.startswith(f"pid={os.getpid()} ") and text.count("\n") == 1 and "stale" not in text
+    assert flags_seen and not any(flags & os.O_TRUNC for flags in flags_seen)
+    assert all(flags & os.O_NOFOLLOW and flags & os.O_CLOEXEC for flags in flags_seen)
+
+
+def test_a_held_lease_times_out_naming_its_holder(tmp_path: Path) -> None:
+    pool, lock_dir = ["0", "1"], tmp_path / "locks"
+    ready = MP.Event()
+    holder = MP.Process(
+        target=_hold_forever, args=(1, pool, str(lock_dir), ready, "train:resnet50/default")
+    )
+    holder.start()
+    try:
+        while not ready.wait(0.05):  # no deadline: only fail if the holder died
+            assert holder.is_alive(), "the holder process died before leasing"
+        with (
+            pytest.raises(leases.LeaseTimeoutError) as err,
+            leases.lease(2, pool, lock_dir, wait_s=0.0),
+        ):
+            pass
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join()
+    message = str(err.value)
+    assert (
+        f"0 by pid={holder.pid} host={socket.gethostname()} job=train:resnet50/default since="
+        in message
+    )
+    assert "1 by" not in message  # a free device is not named as held
+    assert "accelerators.wait_s" in message and "\n" not in message
+    assert isinstance(err.value, AccelpipeError)
+    with _now(2, pool, lock_dir) as devices:  # the failed wait left nothing behind
+        assert devices == pool
+
+
+def test_a_waiting_lease_logs_its_holders_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    waits = []
+
+    def give_up_on_third_wait() -> None:
+        waits.append(1)
+        if len(waits) == 3:
+            raise _Waited
+
+    caplog.set_level("INFO", logger="accelpipe.leases")
+    with (
+        leases.lease(1, ["0"], tmp_path, job="evaluate:unet2d/fold0"),
+        pytest.raises(_Waited),
+        leases.lease(1, ["0"], tmp_path, poll_s=0.0, on_wait=give_up_on_third_wait),
+    ):
+        pass
+    (record,) = [r.getMessage() for r in caplog.records if r.name == "accelpipe.leases"]
+    assert f"0 by pid={os.getpid()} " in record and "job=evaluate:unet2d/fold0" in record
 
 
 # --- visibility -------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from accelpipe import containers, images, leases, stages
 from accelpipe.config import load_slice, slice_schema, validate_slice
 from accelpipe.errors import AccelpipeError
 from accelpipe.io import no_space_error
-from accelpipe.runtime import read_runtime
+from accelpipe.runtime import lease_wait_s, read_runtime
 from accelpipe.stages import examples
 
 Handler = Callable[[argparse.Namespace], None]
@@ -278,10 +278,22 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     # the visibility variables: leasing again from a node-wide pool would fight it.
     accel = 0 if "SLURM_JOB_ID" in os.environ else args.accel
     pool = leases.resolve_pool(backend, runtime.get("pool")) if accel else []
-    with leases.lease(accel, pool, leases.default_lock_dir()) as devices:
+    with leases.lease(
+        accel,
+        pool,
+        leases.default_lock_dir(),
+        wait_s=lease_wait_s(runtime),
+        job=job_name(args),
+    ) as devices:
         if devices:
             log.info("leased %s devices %s", backend, ",".join(devices))
         return _run(args, argv, runtime, backend, devices, True)
+
+
+def job_name(args: argparse.Namespace) -> str:
+    """What a lock's holder record says it is running, e.g. `train:resnet50/default`."""
+    names = [getattr(args, key, None) for key in ("dataset", "variant", "workload", "run")]
+    return f"{args.stage}:{'/'.join(str(n) for n in names if n)}"
 
 
 def _pool_for_doctor(backend: str, runtime: dict) -> list[str]:
@@ -318,6 +330,8 @@ def _run(
         runtime["image"],
         engine,
         leases.default_lock_dir(),
+        wait_s=lease_wait_s(runtime),
+        job=job_name(args),
         base_image=build.get("base_image"),
         pip_extra_args="--no-index" if build.get("offline") else "",
     )

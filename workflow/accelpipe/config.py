@@ -350,7 +350,9 @@ def runtime_schema() -> dict[str, Any]:
         "backend": _undefaulted(root["backend"]),
         "pool": _undefaulted(_block("accelerators")["pool"]),
     }
-    return _sections(local | docker, required=False) | {
+    # optional: a stage run by hand (no workflow) waits the schema's default
+    waits = {"wait_s": _undefaulted(_block("accelerators")["wait_s"])}
+    return _sections(local | waits | docker, required=False) | {
         "required": sorted(local),
         "if": {"properties": {"runtime": {"const": "docker"}}, "required": ["runtime"]},
         "then": {"required": sorted(docker)},

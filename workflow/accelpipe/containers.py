@@ -9,7 +9,6 @@ builds a given spec under a given reference and runs containers from it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from accelpipe import REPO
+from accelpipe import REPO, locks
 from accelpipe.errors import AccelpipeError, ConfigError
 
 if TYPE_CHECKING:
@@ -110,12 +109,30 @@ def build(
     return ref
 
 
-def build_once(spec: ImageSpec, ref: str, engine: Any, lock_dir: Path, **options: Any) -> str:
+def build_once(
+    spec: ImageSpec,
+    ref: str,
+    engine: Any,
+    lock_dir: Path,
+    *,
+    wait_s: float | None = None,
+    job: str = "",
+    **options: Any,
+) -> str:
     """`build`, by one job at a time: the first stage of a DAG that needs the image builds
-    it, the others wait on the lock and find it built."""
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with (lock_dir / f"image-{image_slug(ref)}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    it, the others wait on the lock (at most `wait_s` seconds, then an error naming the
+    builder) and find it built. The lock is accelpipe.locks': safe in a shared /tmp."""
+    logged = False
+
+    def waiting(holder: str) -> None:
+        nonlocal logged
+        if not logged:
+            log.info("waiting for the build of %s by %s", ref, holder)
+            logged = True
+
+    with locks.held(
+        lock_dir, f"image-{image_slug(ref)}.lock", wait_s=wait_s, job=job, on_wait=waiting
+    ):
         return build(spec, ref, engine, **options)
 
 

@@ -7,13 +7,16 @@ processes, and gives the devices back when it ends.
 
 The lock is ``fcntl.flock`` on ``<lock_dir>/<device>.lock``: the kernel drops it when the
 holder's last file descriptor closes, so a failing, crashing or SIGKILLed job never
-leaves a device leased. The file's content (holder pid, host, time) is only a
-diagnostic for ``cat``; a stale content after a crash means nothing.
+leaves a device leased. The file's content (holder pid, host, job, time) names the holder
+in the error of a job that waited too long (``wait_s``, config ``accelerators.wait_s``) and
+for ``cat``; a stale content after a crash means nothing.
 
 Lock directory (:func:`default_lock_dir`): ``$ACCELPIPE_LOCK_DIR`` if set, else
-``/tmp/accelpipe-leases-<uid>``. The default only coordinates jobs of one user. On a
-shared multi-user node the admin should point ``ACCELPIPE_LOCK_DIR`` at one shared,
-writable (e.g. mode 1777) directory on a node-local file system: flock over NFS is
+``/tmp/accelpipe-leases-<uid>``, created mode 0700 and refused when it is a symbolic link,
+another user's, or writable by others (accelpipe.locks: how the directory and the lock
+files are kept from being used against their user). The default only coordinates jobs of
+one user. On a shared multi-user node the admin should point ``ACCELPIPE_LOCK_DIR`` at one
+root-owned sticky directory (mode 1777) on a node-local file system: flock over NFS is
 unreliable, and the lock directory must be per node anyway, as the devices are.
 
 Device pool (:func:`resolve_pool`): config ``accelerators.pool`` if given, else
@@ -28,7 +31,8 @@ Device pool (:func:`resolve_pool`): config ``accelerators.pool`` if given, else
   reboots, indices are not, hence ``HABANA_VISIBLE_MODULES``.
 
 Fairness: a waiting job polls (``poll_s``, jittered) and holds nothing while it
-waits, so two jobs can never deadlock each holding half of what both need. The price:
+waits (logging the holders when it starts and every ``LOG_EVERY_S``), so two jobs can
+never deadlock each holding half of what both need. The price:
 there is no queue, so a job asking many devices can wait long behind a stream of
 small ones. Under one Snakemake with ``--resources accel=<pool size>`` jobs never wait.
 """
@@ -36,19 +40,20 @@ small ones. Under one Snakemake with ``--resources accel=<pool size>`` jobs neve
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import logging
 import os
-import random
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigError
+from accelpipe import locks
+from accelpipe.errors import BackendUnavailableError, ConfigError
+from accelpipe.locks import LOCK_DIR_ENV, LockTimeoutError
+
+log = logging.getLogger(__name__)
 
 VISIBILITY_ENV = {
     "cuda": "CUDA_VISIBLE_DEVICES",
@@ -56,8 +61,8 @@ VISIBILITY_ENV = {
     "gaudi": "HABANA_VISIBLE_MODULES",
 }
 BACKENDS = ("cpu", *VISIBILITY_ENV)
-LOCK_DIR_ENV = "ACCELPIPE_LOCK_DIR"
 TOOL_TIMEOUT_S = 60.0
+LOG_EVERY_S = 600.0  # a waiting job says again whom it waits for
 
 Runner = Callable[[Sequence[str]], str]
 
@@ -199,24 +204,81 @@ def lease(
     *,
     poll_s: float = 0.2,
     on_wait: Callable[[], None] | None = None,
+    wait_s: float | None = None,
+    job: str = "",
 ) -> Iterator[list[str]]:
     """Hold ``n`` devices of ``pool`` for the ``with`` block; yields their ids.
 
-    Waits as long as needed, holding nothing while it waits. ``on_wait`` is called
-    before every pause (about every ``poll_s``), e.g. to log once or to give up by raising.
-    Everything is released on exit, on an exception too.
+    Waits at most ``wait_s`` seconds (None: as long as needed), holding nothing while it
+    waits, then fails with LeaseTimeoutError naming the holders. ``on_wait`` is called
+    before every pause (about every ``poll_s``), e.g. to give up by raising. ``job`` names
+    the holder in its lock files. Everything is released on exit, on an exception too.
     """
     devices = list(pool)
     _check_request(n, devices, poll_s)
     if n == 0:
         yield []
         return
-    directory = _make_lock_dir(Path(lock_dir))
-    held = _acquire(n, devices, directory, poll_s, on_wait)
+    directory = Path(lock_dir)
+    dir_fd = locks.open_dir(directory)
+    try:
+        wait = _Wait(n, devices, directory, dir_fd, wait_s)
+        held = _acquire(wait, poll_s, on_wait, locks.holder_record(job))
+    finally:
+        os.close(dir_fd)  # the locked files stay open: the leases hold
     try:
         yield list(held)
     finally:
         _release(held.values())
+
+
+class LeaseTimeoutError(LockTimeoutError):
+    """The devices stayed leased by others longer than ``accelerators.wait_s``."""
+
+
+class _Wait:
+    """One lease's wait: what it asks for, where, and until when."""
+
+    def __init__(
+        self, n: int, devices: list[str], directory: Path, dir_fd: int, wait_s: float | None
+    ) -> None:
+        self.n, self.devices, self.directory, self.dir_fd = n, devices, directory, dir_fd
+        self.wait_s, self.deadline = wait_s, locks.deadline_after(wait_s)
+        self.logged_at: float | None = None
+
+    def holders(self) -> str:
+        """'<device> by <holder record>' for every device of the pool held now."""
+        busy = []
+        for device in self.devices:
+            path = lock_path(self.directory, device)
+            fd = locks.try_lock(self.dir_fd, path)
+            if fd is None:
+                busy.append(f"{device} by {locks.holder(self.dir_fd, path)}")
+            else:
+                os.close(fd)
+        return "; ".join(busy) or "none now"
+
+    def log_now(self) -> None:
+        """Name the holders when the wait starts and every LOG_EVERY_S after."""
+        now = time.monotonic()
+        if self.logged_at is None or now - self.logged_at >= LOG_EVERY_S:
+            self.logged_at = now
+            bound = "as long as it takes" if self.wait_s is None else f"up to {self.wait_s:g} s"
+            log.info(
+                "waiting (%s) for %d of the accelerators %s, held: %s",
+                bound,
+                self.n,
+                ",".join(self.devices),
+                self.holders(),
+            )
+
+    def timed_out(self) -> LeaseTimeoutError:
+        return LeaseTimeoutError(
+            f"{self.n} of the accelerators {','.join(self.devices)} (lock directory "
+            f"{self.directory}) stayed leased for {self.wait_s:g} s (accelerators.wait_s): "
+            f"{self.holders()}; wait for those jobs to end, stop them, or raise "
+            "accelerators.wait_s"
+        )
 
 
 def _check_request(n: int, devices: list[str], poll_s: float) -> None:
@@ -234,41 +296,29 @@ def _check_request(n: int, devices: list[str], poll_s: float) -> None:
         raise ValueError(f"poll_s must be >= 0, got {poll_s}")
 
 
-def _make_lock_dir(directory: Path) -> Path:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise AccelpipeError(
-            f"cannot create the accelerator lock directory {directory}: {err}; "
-            f"point {LOCK_DIR_ENV} at a writable node-local directory"
-        ) from err
-    return directory
-
-
 def _acquire(
-    n: int,
-    devices: list[str],
-    directory: Path,
-    poll_s: float,
-    on_wait: Callable[[], None] | None,
+    wait: _Wait, poll_s: float, on_wait: Callable[[], None] | None, record: bytes
 ) -> dict[str, int]:
     while True:
-        held = _try_take(n, devices, directory)
+        held = _try_take(wait.n, wait.devices, wait.directory, wait.dir_fd)
         if held is not None:
-            _stamp(held.values())
+            for fd in held.values():
+                locks.stamp(fd, record)
             return held
+        if locks.passed(wait.deadline):
+            raise wait.timed_out()
+        wait.log_now()
         if on_wait is not None:
             on_wait()
-        # Jitter keeps two waiting jobs from retrying in lockstep and colliding forever.
-        time.sleep(poll_s * random.uniform(0.5, 1.5))
+        locks.pause(poll_s, wait.deadline)
 
 
-def _try_take(n: int, devices: list[str], directory: Path) -> dict[str, int] | None:
+def _try_take(n: int, devices: list[str], directory: Path, dir_fd: int) -> dict[str, int] | None:
     """All ``n`` devices (id -> locked fd), or None after releasing any partial take."""
     held: dict[str, int] = {}
     try:
         for device in devices:
-            fd = _try_lock(lock_path(directory, device))
+            fd = locks.try_lock(dir_fd, lock_path(directory, device))
             if fd is not None:
                 held[device] = fd
                 if len(held) == n:
@@ -280,56 +330,9 @@ def _try_take(n: int, devices: list[str], directory: Path) -> dict[str, int] | N
     return None
 
 
-def _try_lock(path: Path) -> int | None:
-    """A descriptor holding the exclusive flock on ``path``, or None when it is taken."""
-    fd = _open_lock_file(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except OSError as err:
-        os.close(fd)
-        raise AccelpipeError(
-            f"cannot lock {path}: {err}; point {LOCK_DIR_ENV} at a node-local directory "
-            "(flock over NFS is unreliable)"
-        ) from err
-    return fd
-
-
-def _open_lock_file(path: Path) -> int:
-    # In a shared directory the file may belong to another user: reading is enough
-    # to flock it (only the diagnostic stamp needs writing). O_CREAT on someone
-    # else's file in a sticky directory fails under fs.protected_regular, hence the
-    # retry without it. Lock files are never deleted: unlinking one that another
-    # process has open would let two processes lock two different inodes.
-    errors: list[OSError] = []
-    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDWR, os.O_RDONLY):
-        try:
-            return os.open(path, flags, 0o666)
-        except OSError as err:
-            errors.append(err)
-    raise AccelpipeError(
-        f"cannot open the accelerator lock file {path}: {errors[0]}; "
-        f"point {LOCK_DIR_ENV} at a directory every job can write"
-    ) from errors[0]
-
-
-def _stamp(fds: Iterable[int]) -> None:
-    """Write holder pid, host and time into the lock files, for whoever wonders who holds them."""
-    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    line = f"pid={os.getpid()} host={socket.gethostname()} since={since}\n".encode()
-    for fd in fds:
-        with contextlib.suppress(OSError):  # read-only descriptor: no stamp, the lock holds
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, line, 0)
-
-
 def _release(fds: Iterable[int]) -> None:
     for fd in list(fds):
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)  # the file now reads as free
-        os.close(fd)  # closing the only descriptor drops the flock
+        locks.release(fd)
 
 
 def _check_backend(backend: str) -> None:

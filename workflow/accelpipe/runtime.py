@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 
-from accelpipe.config import runtime_schema
+from accelpipe.config import runtime_schema, schema
 from accelpipe.errors import ConfigError
 
 RUNTIME_ENV = "ACCELPIPE_RUNTIME"
@@ -42,3 +42,12 @@ def read_runtime(framework: str | None) -> dict[str, Any]:
         where = ".".join(str(p) for p in error.absolute_path) or "<entry>"
         raise ConfigError(f"${RUNTIME_ENV}: {framework}.{where}: {error.message}")
     return settings[framework]
+
+
+def lease_wait_s(runtime: dict[str, Any]) -> float | None:
+    """Seconds a stage waits for its devices or its image's build (None: no limit): the
+    workflow's `accelerators.wait_s`, else (a stage run by hand) the schema's default."""
+    if "wait_s" in runtime:
+        return runtime["wait_s"]
+    accelerators = schema()["properties"]["accelerators"]["properties"]
+    return accelerators["wait_s"]["default"]
