@@ -25,9 +25,9 @@ rule benchmark_row:
         cfg=benchmark_row_config,
         run=benchmark_run,
     shell:
-        "accelpipe --log {log} --framework {params.framework} --accel {resources.accel}"
-        " train --workload {wildcards.workload} --run {params.run} --prepared {input.data} --config-json {params.cfg:q}"
-        " --out {output} --threads {threads}"
+        "accelpipe --log {log:q} --framework {params.framework:q} --accel {resources.accel:q}"
+        " train --workload {wildcards.workload:q} --run {params.run:q} --prepared {input.data:q} --config-json {params.cfg:q}"
+        " --out {output:q} --threads {threads:q}"
 
 
 rule benchmark:
@@ -53,5 +53,5 @@ rule benchmark:
         code=code_for("benchmark"),
         cfg=benchmark_config,
     shell:
-        "accelpipe --log {log} --framework {params.framework} benchmark --workload {wildcards.workload} --rows {input.rows}"
-        " --config-json {params.cfg:q} --out {output}"
+        "accelpipe --log {log:q} --framework {params.framework:q} benchmark --workload {wildcards.workload:q} --rows {input.rows:q}"
+        " --config-json {params.cfg:q} --out {output:q}"

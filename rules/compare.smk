@@ -24,4 +24,4 @@ rule compare:
         runs=compare_runs,
         cfg=compare_config,
     shell:
-        "accelpipe --log {log} compare --runs {params.runs} --config-json {params.cfg:q} --out {output}"
+        "accelpipe --log {log:q} compare --runs {params.runs:q} --config-json {params.cfg:q} --out {output:q}"

@@ -14,8 +14,8 @@ rule raw_dataset:
         cfg=raw_config,
         downloads=f"{DATA}/downloads/{{dataset}}",
     shell:
-        "accelpipe --log {log} --framework {params.framework} raw --dataset {wildcards.dataset} --config-json {params.cfg:q}"
-        " --out {output} --downloads {params.downloads}"
+        "accelpipe --log {log:q} --framework {params.framework:q} raw --dataset {wildcards.dataset:q} --config-json {params.cfg:q}"
+        " --out {output:q} --downloads {params.downloads:q}"
 
 
 rule prepare_dataset:
@@ -36,6 +36,6 @@ rule prepare_dataset:
         code=code_for("prepare"),
         cfg=prepare_config,
     shell:
-        "accelpipe --log {log} --framework {params.framework} prepare --dataset {wildcards.dataset} --variant {wildcards.variant}"
-        " --raw {input.raw} --config-json {params.cfg:q} --out {output}"
-        " --workers {threads}"
+        "accelpipe --log {log:q} --framework {params.framework:q} prepare --dataset {wildcards.dataset:q} --variant {wildcards.variant:q}"
+        " --raw {input.raw:q} --config-json {params.cfg:q} --out {output:q}"
+        " --workers {threads:q}"

@@ -20,6 +20,6 @@ rule evaluate:
         code=code_for("evaluate"),
         cfg=evaluate_config,
     shell:
-        "accelpipe --log {log} --framework {params.framework} --accel {resources.accel} evaluate --workload {wildcards.workload}"
-        " --run {wildcards.run} --prepared {input.data} --model {input.model}"
-        " --config-json {params.cfg:q} --out {output} --threads {threads}"
+        "accelpipe --log {log:q} --framework {params.framework:q} --accel {resources.accel:q} evaluate --workload {wildcards.workload:q}"
+        " --run {wildcards.run:q} --prepared {input.data:q} --model {input.model:q}"
+        " --config-json {params.cfg:q} --out {output:q} --threads {threads:q}"

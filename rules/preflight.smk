@@ -25,6 +25,6 @@ rule preflight:
         framework=preflight_framework,
         backend=config["backend"],
     shell:
-        "accelpipe --log {log} --framework {params.framework} doctor --backend {params.backend}"
-        " --framework {params.framework} --devices {resources.devices} --world-size {resources.world_size}"
-        " --precision {resources.precision} --json {output}"
+        "accelpipe --log {log:q} --framework {params.framework:q} doctor --backend {params.backend:q}"
+        " --framework {params.framework:q} --devices {resources.devices:q} --world-size {resources.world_size:q}"
+        " --precision {resources.precision:q} --json {output:q}"

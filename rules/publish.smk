@@ -27,9 +27,9 @@ rule publish_run:
         cfg=publish_config,
         preflight=preflight_arg,
     shell:
-        "accelpipe --log {log} --framework {params.framework} publish --workload {wildcards.workload} --raw {input.raw} --prepared {input.data} --model {input.model}"
-        " --eval {input.eval} --trace {input.trace} --config-json {params.cfg:q}"
-        " --preflight={params.preflight:q} --out {output}"
+        "accelpipe --log {log:q} --framework {params.framework:q} publish --workload {wildcards.workload:q} --raw {input.raw:q} --prepared {input.data:q} --model {input.model:q}"
+        " --eval {input.eval:q} --trace {input.trace:q} --config-json {params.cfg:q}"
+        " --preflight={params.preflight:q} --out {output:q}"
 
 
 rule cross_validation:
@@ -54,7 +54,7 @@ rule cross_validation:
         image=image_key,
         code=code_for("aggregate"),
     shell:
-        "accelpipe --log {log} --framework {params.framework} aggregate --runs {input.runs} --out {output}"
+        "accelpipe --log {log:q} --framework {params.framework:q} aggregate --runs {input.runs:q} --out {output:q}"
 
 
 rule grid:
@@ -80,8 +80,8 @@ rule grid:
         code=code_for("grid"),
         cfg=grid_config,
     shell:
-        "accelpipe --log {log} --framework {params.framework} grid --workload {wildcards.workload} --runs {input.runs}"
-        " --config-json {params.cfg:q} --out {output}"
+        "accelpipe --log {log:q} --framework {params.framework:q} grid --workload {wildcards.workload:q} --runs {input.runs:q}"
+        " --config-json {params.cfg:q} --out {output:q}"
 
 
 rule ttt:
@@ -106,5 +106,5 @@ rule ttt:
         image=image_key,
         code=code_for("ttt"),
     shell:
-        "accelpipe --log {log} --framework {params.framework} ttt --workload {wildcards.workload} --runs {input.runs}"
-        " --out {output}"
+        "accelpipe --log {log:q} --framework {params.framework:q} ttt --workload {wildcards.workload:q} --runs {input.runs:q}"
+        " --out {output:q}"

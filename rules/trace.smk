@@ -14,4 +14,4 @@ rule summarize_trace:
         image=image_key,
         code=code_for("summarize-trace"),
     shell:
-        "accelpipe --log {log} --framework {params.framework} summarize-trace --traces {input.train}/traces --out {output}"
+        "accelpipe --log {log:q} --framework {params.framework:q} summarize-trace --traces {input.train:q}/traces --out {output:q}"

@@ -24,6 +24,6 @@ rule train:
         code=code_for("train"),
         cfg=train_config,
     shell:
-        "accelpipe --log {log} --framework {params.framework} --accel {resources.accel}"
-        " train --workload {wildcards.workload} --run {wildcards.run} --prepared {input.data} --config-json {params.cfg:q}"
-        " --out {output} --threads {threads}"
+        "accelpipe --log {log:q} --framework {params.framework:q} --accel {resources.accel:q}"
+        " train --workload {wildcards.workload:q} --run {wildcards.run:q} --prepared {input.data:q} --config-json {params.cfg:q}"
+        " --out {output:q} --threads {threads:q}"

@@ -448,6 +448,8 @@ def test_run_performance_writes_the_contract_from_the_run_files(tmp_path: Path) 
     ]
     compute = facts.pop("compute")  # stage.json without flops and gemm: each says why not
     energy = facts.pop("energy")  # nor power: a stage from before energy was measured
+    host = facts.pop("host")  # nor the host's load: not judged
+    assert host["oversubscribed"] is None and host["warning"] is None
     assert energy["joules"] is None and energy["process_joules"] is None
     assert energy["not_measured"] == "not recorded: the train stage predates energy measurement"
     assert compute["flops_per_sample"] is None and compute["mfu"] is None
