@@ -43,6 +43,7 @@ def test_runs_are_ranked_by_the_metric_with_their_settings(tmp_path: Path) -> No
         table = list(csv.DictReader(f))
     assert table[0] == {
         "rank": "1",
+        "tied": "0",
         "run": "decoder-mask_lr-0p1",
         "mIoU": "0.5",
         "model.decoder": "mask",
@@ -87,3 +88,34 @@ def test_a_null_or_nan_metric_ranks_last_and_is_plotted(tmp_path: Path) -> None:
     assert rows[0]["run"] == "decoder-mask_lr-0p1"
     assert {r["run"] for r in rows[1:]} == {"decoder-linear_lr-0p1", "decoder-mask_lr-0p01"}
     assert (tmp_path / "grid/grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_equal_metrics_share_a_rank_and_are_marked_tied(tmp_path: Path) -> None:
+    runs = [
+        _run(tmp_path, "decoder-linear_lr-0p1", 0.5, "linear", 0.1, 50.0),
+        _run(tmp_path, "decoder-mask_lr-0p01", 0.25, "mask", 0.01, 30.0),
+        _run(tmp_path, "decoder-mask_lr-0p1", 0.5, "mask", 0.1, 30.0),
+        _run(tmp_path, "decoder-linear_lr-0p01", None, "linear", 0.01, 30.0),
+        _run(tmp_path, "decoder-linear_lr-0p02", float("nan"), "linear", 0.02, 30.0),
+    ]
+    out = tmp_path / "grid"
+    rows = rank_runs(runs, "segmenter", "mIoU", KEYS, out)
+    ranked = [(r["rank"], r["tied"], r["run"]) for r in rows]
+    assert ranked == [
+        (1, True, "decoder-linear_lr-0p1"),  # ties in run-name order
+        (1, True, "decoder-mask_lr-0p1"),
+        (3, False, "decoder-mask_lr-0p01"),  # two runs are ahead of it
+        (4, True, "decoder-linear_lr-0p01"),  # no metric: the last rank, shared
+        (4, True, "decoder-linear_lr-0p02"),
+    ]
+    with (out / "grid.csv").open() as f:
+        table = [(r["rank"], r["tied"]) for r in csv.DictReader(f)]
+    assert table == [("1", "1"), ("1", "1"), ("3", "0"), ("4", "1"), ("4", "1")]
+    runs_json = json.loads((out / "grid.json").read_text())["runs"]
+    assert [(r["rank"], r["tied"]) for r in runs_json] == [
+        (1, True),
+        (1, True),
+        (3, False),
+        (4, True),
+        (4, True),
+    ]
