@@ -16,6 +16,7 @@ from accelpipe.curves import (
     final_evaluation,
     plot_curves,
     read_curves,
+    read_evaluations,
     read_log,
     write_curves,
 )
@@ -119,3 +120,60 @@ def test_a_run_without_logged_steps_or_evaluation_still_gets_its_png(tmp_path: P
     curves = write_curves(log, tmp_path / "metrics.json", "AP", tmp_path / CURVES_FILE)
     assert curves.steps == [] and curves.evaluations == []
     assert _png_size(tmp_path / CURVES_FILE) == SIZE_PX
+
+
+EVAL_HEADER = "epoch,step,samples,metric,value,target,reached,eval_s,run_s"  # EVAL_FIELDS
+
+
+def _eval_log(path: Path, rows: list[tuple[int, int, str, str]]) -> Path:
+    """eval_log.csv with rows of (epoch, step, value, target) of mean_dice."""
+    lines = [EVAL_HEADER] + [f"{e},{s},{s * 4},mean_dice,{v},{t},,1.0,{s}.0" for e, s, v, t in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_every_evaluation_of_the_eval_log_is_marked(tmp_path: Path) -> None:
+    """A run that evaluated inside training: each eval_log.csv row is a point at its step,
+    with the target it was judged against; metrics.json's final value is not added."""
+    log = _log(
+        tmp_path / "train_log.csv",
+        [(e, s, "1.0", "0.1", 0) for e, s in ((1, 1), (1, 2), (2, 3), (2, 4), (3, 5), (3, 6))],
+    )
+    evals = _eval_log(
+        tmp_path / "eval_log.csv",
+        [(1, 2, "0.2", "0.85"), (2, 4, "", "0.85"), (3, 6, "0.9", "0.85")],
+    )
+    (tmp_path / "metrics.json").write_text('{"mean_dice": 0.9}')
+    png = tmp_path / CURVES_FILE
+    curves = write_curves(log, tmp_path / "metrics.json", "mean_dice", png, eval_log=evals)
+    assert curves.evaluations == [(2, 0.2), (6, 0.9)]  # the undecidable one has no value
+    assert curves.target == 0.85
+    fig = plot_curves(curves, png)
+    metric_axes = fig.axes[-1]
+    marked, target = metric_axes.get_lines()
+    assert list(marked.get_xdata()) == [2, 6] and list(marked.get_ydata()) == [0.2, 0.9]
+    assert set(target.get_ydata()) == {0.85}
+    assert _png_size(png) == SIZE_PX
+
+
+def test_without_an_eval_log_the_final_metric_is_the_one_point(tmp_path: Path) -> None:
+    log = _log(tmp_path / "train_log.csv", [(1, 1, "1.0", "0.1", 0), (1, 2, "0.5", "0.1", 0)])
+    (tmp_path / "metrics.json").write_text('{"mean_dice": 0.4}')
+    curves = write_curves(
+        log,
+        tmp_path / "metrics.json",
+        "mean_dice",
+        tmp_path / CURVES_FILE,
+        eval_log=tmp_path / "eval_log.csv",  # absent: the run did not evaluate in training
+    )
+    assert (curves.evaluations, curves.target) == ([(2, 0.4)], None)
+
+
+def test_a_bad_eval_log_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "eval_log.csv"
+    bad.write_text("epoch,step,value\n1,2,0.5\n")
+    with pytest.raises(DataError, match=r"eval_log\.csv: no column metric, target"):
+        read_evaluations(bad, "mean_dice")
+    _eval_log(bad, [(1, 2, "high", "0.85")])
+    with pytest.raises(DataError, match=r"eval_log\.csv: could not convert"):
+        read_evaluations(bad, "mean_dice")

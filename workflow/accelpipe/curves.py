@@ -1,12 +1,13 @@
 """training_curves.png: a run's loss and learning rate per logged step and its evaluations.
 
 The publish step draws it into `results/<workload>/<run>/` from the run's train_log.csv
-(`epoch, step, loss, lr, ...` per logged step, both engines) and its metrics.json, and the
-compare page shows it small. `read_curves` gathers the numbers (no matplotlib), `plot_curves`
-draws them: loss on the left with the quality metric at each evaluated step on a second axis,
-learning rate on the right. Evaluations are (step, value) pairs: today the one final
-evaluation, at the last logged step (`final_evaluation`); evaluations during training add
-their own pairs.
+(`epoch, step, loss, lr, ...` per logged step, both engines), its eval_log.csv where it
+evaluated inside training, else its metrics.json, and the compare page shows it small.
+`read_curves` gathers the numbers (no matplotlib), `plot_curves` draws them: loss on the left
+with the quality metric at each evaluated step on a second axis (and the target the run was
+judged against, where it had one), learning rate on the right. Evaluations are (step, value)
+pairs: every row of eval_log.csv (`read_evaluations`), else the one final evaluation at the
+last logged step (`final_evaluation`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ CURVES_FILE = "training_curves.png"
 SIZE_PX = (600, 250)  # small: the compare page inlines one per run
 DPI = 80
 _COLUMNS = ("step", "loss", "lr")
+_EVAL_COLUMNS = ("step", "metric", "value", "target")  # of engines.evaluations.EVAL_FIELDS
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Curves:
     lr: list[float]
     metric: str
     evaluations: list[tuple[int, float]]
+    target: float | None = None
 
 
 def _number(text: str) -> float:
@@ -80,19 +83,39 @@ def final_evaluation(
     return [(last_step, float(value))] if math.isfinite(value) else []
 
 
+def read_evaluations(eval_log: Path, metric: str) -> tuple[list[tuple[int, float]], float | None]:
+    """eval_log.csv's evaluations of `metric` as (step, value), each that had a value (an
+    undecidable one has none), and the target they were judged against (None: none)."""
+    try:
+        with eval_log.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in _EVAL_COLUMNS if c not in (reader.fieldnames or ())]
+            if missing:
+                raise DataError(f"{eval_log}: no column {', '.join(missing)}")
+            rows = [r for r in reader if r["metric"] == metric]
+        evaluations = [(int(r["step"]), float(r["value"])) for r in rows if r["value"]]
+        targets = {float(r["target"]) for r in rows if r["target"]}
+    except FileNotFoundError:
+        raise DataError(f"{eval_log}: file not found") from None
+    except ValueError as err:  # a step or value that is not a number
+        raise DataError(f"{eval_log}: {err}") from None
+    return evaluations, targets.pop() if len(targets) == 1 else None
+
+
 def read_curves(
     train_log: Path,
     metric: str,
     evaluations: Sequence[tuple[int, float]] | None = None,
     metrics: dict[str, Any] | None = None,
     title: str = "",
+    target: float | None = None,
 ) -> Curves:
     """The curves of a run: its log's steps, and `evaluations` if given, else metrics.json's
     final value (`metrics`) at the last step."""
     steps, loss, lr = read_log(train_log)
     if evaluations is None:
         evaluations = final_evaluation(metrics or {}, metric, steps[-1] if steps else None)
-    return Curves(title, steps, loss, lr, metric, sorted(evaluations))
+    return Curves(title, steps, loss, lr, metric, sorted(evaluations), target)
 
 
 def plot_curves(curves: Curves, path: Path) -> Any:
@@ -116,7 +139,9 @@ def plot_curves(curves: Curves, path: Path) -> Any:
         values = [value for _, value in curves.evaluations]
         metric_axis.plot(at, values, color="tab:red", marker="o", linestyle="-", linewidth=1)
         metric_axis.set_ylabel(curves.metric, color="tab:red")
-        if all(0 <= v <= 1 for v in values):  # a fraction: where it sits in 0..1
+        if curves.target is not None:
+            metric_axis.axhline(curves.target, color="tab:red", linestyle=":", linewidth=1)
+        if all(0 <= v <= 1 for v in [*values, curves.target or 0]):  # a fraction: in 0..1
             metric_axis.set_ylim(-0.05, 1.05)
         metric_axis.annotate(
             f"{values[-1]:.3f}",
@@ -144,9 +169,20 @@ def plot_curves(curves: Curves, path: Path) -> Any:
 
 
 def write_curves(
-    train_log: Path, metrics_json: Path, metric: str, path: Path, title: str = ""
+    train_log: Path,
+    metrics_json: Path,
+    metric: str,
+    path: Path,
+    title: str = "",
+    eval_log: Path | None = None,
 ) -> Curves:
-    """training_curves.png of a run from its train_log.csv and metrics.json."""
-    curves = read_curves(train_log, metric, metrics=read_json(metrics_json), title=title)
+    """training_curves.png of a run from its train_log.csv and, where the run evaluated
+    inside training (`eval_log` exists), every evaluation of its eval_log.csv, else the final
+    value in metrics.json."""
+    if eval_log is not None and eval_log.exists():
+        evaluations, target = read_evaluations(eval_log, metric)
+        curves = read_curves(train_log, metric, evaluations, title=title, target=target)
+    else:
+        curves = read_curves(train_log, metric, metrics=read_json(metrics_json), title=title)
     plot_curves(curves, path)
     return curves

@@ -83,6 +83,7 @@ def publish_run(
             metric,
             tmp / curves.CURVES_FILE,
             title=f"{train['workload']}/{train['run']}",
+            eval_log=tmp / EVAL_LOG,
         )
         facts = performance.run_performance(
             stage_dirs, config_slice, train["workload"], train["run"]
