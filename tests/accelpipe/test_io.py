@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from accelpipe.errors import DataError
-from accelpipe.io import read_json, write_csv
+from accelpipe.io import atomic_path, read_json, remove_stale_temporaries, write_csv
 
 
 def test_write_csv_writes_the_header_and_rows(tmp_path: Path) -> None:
@@ -46,3 +50,60 @@ def test_read_json_names_the_file_and_place_of_a_syntax_error(tmp_path: Path) ->
         read_json(path)
     with pytest.raises(DataError, match=r"missing\.json: file not found"):
         read_json(tmp_path / "missing.json")
+
+
+# ------------------------------------------------------------- temporaries of killed stages
+_KILLED_STAGE = """
+import sys, time
+from pathlib import Path
+from accelpipe.io import atomic_path
+with atomic_path(Path(sys.argv[1])) as tmp:
+    tmp.mkdir()
+    (tmp / "part-0.npy").write_bytes(b"half of the prepared data")
+    print("writing", flush=True)
+    time.sleep(600)
+"""
+
+
+def _temporaries(final: Path) -> list[str]:
+    return sorted(p.name for p in final.parent.glob(f".{final.name}.*.tmp"))
+
+
+def test_a_killed_stages_temporary_is_removed_by_its_next_run(tmp_path: Path) -> None:
+    """SIGKILL leaves `.2d.<host>-<pid>.*.tmp` with partial data; the next run removes it."""
+    final = tmp_path / "prepared" / "2d"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "workflow")}
+    stage = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_STAGE, str(final)], stdout=subprocess.PIPE, env=env
+    )
+    assert stage.stdout is not None and stage.stdout.readline() == b"writing\n"
+    stage.kill()
+    stage.wait()
+    (left,) = _temporaries(final)
+    assert f".2d.{socket.gethostname()}-{stage.pid}." in left
+    with atomic_path(final) as tmp:
+        tmp.write_text("done")
+    assert _temporaries(final) == [] and final.read_text() == "done"
+
+
+def test_only_temporaries_provably_stale_are_removed(tmp_path: Path) -> None:
+    final = tmp_path / "2d"
+    host = socket.gethostname()
+    dead = _dead_pid()
+    kept = [
+        f".2d.{host}-{os.getpid()}.abcd1234.tmp",  # a live process (this one) is writing it
+        f".2d.other-node-{dead}.abcd1234.tmp",  # another host's: its pid means nothing here
+        ".2d.k3j4h5g6.tmp",  # an older name without its maker: cannot tell
+        f".2d.x.{host}-{dead}.abcd1234.tmp",  # the temporary of another output, 2d.x
+    ]
+    for name in [*kept, f".2d.{host}-{dead}.abcd1234.tmp"]:
+        (tmp_path / name).mkdir()
+    assert remove_stale_temporaries(final) == [tmp_path / f".2d.{host}-{dead}.abcd1234.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid

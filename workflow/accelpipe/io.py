@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import glob
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +27,8 @@ from accelpipe.errors import AccelpipeError, DataError
 def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `final`; rename it onto `final` on success.
 
+    The temporary is `.<name>.<host>-<pid>.<random>.tmp`: one a killed process left is
+    removed by the next atomic_path of the same `final` (remove_stale_temporaries).
     Works for files and directories. On error the temporary is removed and
     `final` (if it existed) is left untouched; a full disk or quota is a DataError naming
     `final`.
@@ -32,7 +36,9 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     final = Path(final)
     with disk_full_names(final):
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        remove_stale_temporaries(final)
+        prefix = f".{final.name}.{_owner()}."
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=final.parent))
     target = tmp / final.name
     try:
         with disk_full_names(final):
@@ -42,6 +48,37 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(target, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _owner() -> str:
+    """Who makes a temporary: `<host>-<pid>`, so a later run can tell a dead one's."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def remove_stale_temporaries(final: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporaries `atomic_path(final)` left behind when its process was killed:
+    those made on this host by a process that no longer runs. Another host's, a live
+    process's and any whose maker cannot be told are kept. Returns what it removed."""
+    final = Path(final)
+    here = socket.gethostname()
+    removed = []
+    for tmp in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
+        owner = tmp.name[len(final.name) + 2 :].rsplit(".", 2)[0]  # <host>-<pid>
+        host, _, pid = owner.rpartition("-")
+        if host == here and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 # A full disk and a full quota: the user frees space and reruns.
