@@ -30,4 +30,24 @@ def check_evaluations(run: Path, epochs: list[int], reached: bool | None) -> lis
     assert mllog.check(run / mllog.FILENAME) == []
     last = mllog.parse((run / mllog.FILENAME).read_text().splitlines()[-1])
     assert (last.key, last.metadata["status"]) == ("run_stop", "success" if reached else "aborted")
+    check_epoch_numbers(run)
     return rows
+
+
+def check_epoch_numbers(run: Path) -> None:
+    """train_log.csv, eval_log.csv and mllog.txt count epochs alike, from 1 (MLPerf's
+    epoch_num): a step's epoch is the one it trained in, an evaluation's the one it followed,
+    so an evaluation has the epoch of the train_log row of its step."""
+    with (run / "train_log.csv").open(newline="") as f:
+        epoch_of_step = {int(r["step"]): int(r["epoch"]) for r in csv.DictReader(f)}
+    with (run / "eval_log.csv").open(newline="") as f:
+        evaluations = list(csv.DictReader(f))
+    assert min(epoch_of_step.values()) == 1
+    assert [epoch_of_step[int(r["step"])] for r in evaluations] == [
+        int(r["epoch"]) for r in evaluations
+    ]
+    entries = [mllog.parse(line) for line in (run / mllog.FILENAME).read_text().splitlines()]
+    started = [int(e.metadata["epoch_num"]) for e in entries if e.key == mllog.EPOCH_START]
+    assert started == sorted(set(epoch_of_step.values()))
+    evaluated = [int(e.metadata["epoch_num"]) for e in entries if e.key == mllog.EVAL_ACCURACY]
+    assert evaluated == [int(r["epoch"]) for r in evaluations if r["value"]]

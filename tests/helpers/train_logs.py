@@ -20,7 +20,7 @@ Step = (
 
 
 def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] = ()) -> Path:
-    """train_log.csv of epoch 0 with steps 1, 2, ... (loss and lr constant), logged by
+    """train_log.csv of epoch 1 with steps 1, 2, ... (loss and lr constant), logged by
     `attempts[i]` (by the first attempt, 0, where not given)."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
@@ -30,7 +30,7 @@ def write_train_log(path: Path, steps: Iterable[Step], attempts: Sequence[int] =
             joules = energy[0] if energy else None
             writer.writerow(
                 {
-                    "epoch": 0,
+                    "epoch": 1,
                     "step": step,
                     "loss": 1.0,
                     "lr": 0.1,

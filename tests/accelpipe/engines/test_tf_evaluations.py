@@ -15,6 +15,7 @@ import pytest
 from accelpipe import mllog
 from accelpipe.engines.evaluations import EVAL_LOG
 from tests.helpers import tf_toy
+from tests.helpers.evaluation_checks import check_epoch_numbers
 from tests.helpers.settings import tf_run
 
 pytestmark = pytest.mark.tensorflow
@@ -61,6 +62,8 @@ def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(
     assert mllog.check(tmp_path / "straight" / mllog.FILENAME) == []
     last = (tmp_path / "stop" / mllog.FILENAME).read_text().splitlines()[-1]
     assert mllog.parse(last).metadata["status"] == "success"
+    for work in ("straight", "stop"):  # train_log.csv counts epochs from 1 too
+        check_epoch_numbers(tmp_path / work)
 
 
 def test_a_resumed_run_keeps_every_evaluation_exactly_once(tmp_path: Path) -> None:
@@ -94,6 +97,7 @@ import json, os, sys
 from pathlib import Path
 from accelpipe.launch import tf_launch
 from tests.helpers import tf_toy
+from tests.helpers.evaluation_checks import check_epoch_numbers
 out = Path(sys.argv[1])
 train = {"epochs": 3, "lr": 0.05, "seed": 3, "batch_size": 4, "devices": 2,
          "eval_every": 1, "stop_at_target": True}

@@ -74,7 +74,7 @@ def test_a_run_logs_every_step_with_the_torch_columns_and_saves_weights(tmp_path
     rows = _log(tmp_path)
     assert tuple(rows[0]) == LOG_FIELDS
     assert [int(r["step"]) for r in rows] == list(range(1, 7))
-    assert [int(r["epoch"]) for r in rows] == [0, 0, 0, 1, 1, 1]
+    assert [int(r["epoch"]) for r in rows] == [1, 1, 1, 2, 2, 2]  # from 1, as mllog.txt
     assert float(rows[-1]["loss"]) < float(rows[0]["loss"])  # it learns
     assert float(rows[-1]["lr"]) < float(rows[0]["lr"])  # the schedule moves
     assert facts["steps"] == 6 and facts["resumed_from_step"] is None and facts["toy"]

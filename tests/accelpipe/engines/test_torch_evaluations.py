@@ -18,6 +18,7 @@ from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.torch_trainer import CHECKPOINT, Trainer, TrainJob, seed_everything
 from accelpipe.quality import QualityTarget
 from accelpipe.settings import ProfileSchedule, ProfileSettings
+from tests.helpers.evaluation_checks import check_epoch_numbers
 from tests.helpers.settings import torch_train
 
 pytestmark = pytest.mark.torch
@@ -108,6 +109,7 @@ def test_due_epochs_are_evaluated_and_logged_with_the_runs_time(tmp_path: Path) 
     accuracy = [(e.metadata["epoch_num"], e.value) for e in entries if e.key == "eval_accuracy"]
     assert accuracy == [(int(r["epoch"]), float(r["value"])) for r in rows]
     assert entries[-1].key == "run_stop" and entries[-1].metadata["status"] == "aborted"
+    check_epoch_numbers(tmp_path)  # train_log.csv counts epochs from 1 too
 
 
 def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(

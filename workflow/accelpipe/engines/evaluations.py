@@ -36,9 +36,10 @@ from accelpipe.settings import TrainSettings
 log = logging.getLogger(__name__)
 
 EVAL_LOG = "eval_log.csv"
-# one row per evaluation: the epoch and step it followed, the samples trained by then, the
-# metric's value against the target (`reached` "1"/"0", "" where undecided), the evaluation's
-# own seconds and the run's seconds at its end (RunClock)
+# one row per evaluation: the epoch (from 1, as train_log.csv and mllog.txt count) and step it
+# followed, the samples trained by then, the metric's value against the target (`reached`
+# "1"/"0", "" where undecided), the evaluation's own seconds and the run's seconds at its end
+# (RunClock)
 EVAL_FIELDS = (
     "epoch",
     "step",

@@ -443,7 +443,7 @@ class TFTrainer:
             if value is not None:
                 writer.writerow(
                     log_row(
-                        self.epoch,
+                        self.epoch + 1,  # counted from 1, as eval_log.csv and mllog.txt
                         step,
                         value,
                         self._learning_rate(),

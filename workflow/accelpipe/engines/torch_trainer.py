@@ -427,7 +427,7 @@ class Trainer:
             if logged and writer is not None:
                 writer.writerow(
                     log_row(
-                        self.epoch,
+                        self.epoch + 1,  # counted from 1, as eval_log.csv and mllog.txt
                         self.step,
                         loss_value,
                         float(self.scheduler.get_last_lr()[0]),

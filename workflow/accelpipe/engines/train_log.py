@@ -14,6 +14,8 @@ from accelpipe.engines import scalars
 from accelpipe.io import write_csv
 
 LOG_FILE = "train_log.csv"
+# `epoch`: the epoch the step trained in, counted from 1 as eval_log.csv (the epoch an
+# evaluation followed) and mllog.txt (MLPerf's epoch_num) count them: one convention.
 # `profiled`: "1" where the profiler's schedule had it warming up or recording that step
 # (slower steps that steady-state statistics leave out), else "0".
 # `samples` and `wall_ms`: the samples trained and the wall time since the previous logged
@@ -114,9 +116,10 @@ def log_row(
     interval: Interval,
     profiled: bool,
 ) -> dict[str, str]:
-    """One train_log.csv row: the step's own `batch` samples, data wait and time, and the
-    samples, wall time and energy since the previous logged step (`interval`); times in
-    seconds, written in ms; energy in joules, empty where none is measured."""
+    """One train_log.csv row of `step` in `epoch` (from 1): the step's own `batch` samples,
+    data wait and time, and the samples, wall time and energy since the previous logged step
+    (`interval`); times in seconds, written in ms; energy in joules, empty where none is
+    measured."""
     samples, wall, energy = interval.take()
     return {
         "epoch": str(epoch),
