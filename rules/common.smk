@@ -12,11 +12,11 @@ sys.path.insert(0, str(PACKAGE_ROOT))
 
 from accelpipe import images, preflight, provenance, registry, stage_config, targets
 from accelpipe.codegraph import code_key, stage_code
-from accelpipe.compare.runs import finished_runs, run_files
+from accelpipe.compare.runs import finished_runs, run_files, run_of
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
 from accelpipe.errors import AccelpipeError, ConfigError
-from accelpipe.runtime import RUNTIME_ENV
+from accelpipe.runtime import EVAL_SETTINGS_ENV, RUNTIME_ENV
 from accelpipe.stages import entry_modules
 
 try:
@@ -128,6 +128,11 @@ os.environ[RUNTIME_ENV] = json.dumps(
     {f: runtime_settings(f) for f in registry.FRAMEWORKS}
 )
 os.environ[f"APPTAINERENV_{RUNTIME_ENV}"] = os.environ[RUNTIME_ENV]
+# Evaluate settings that cannot change what training makes (the batch size of a forward pass,
+# loader workers: config.EVAL_OUTSIDE_TRAIN_KEY) are not in train's params, Snakemake's rerun
+# trigger: the train jobs evaluating inside training read them from here (docs/stages.md).
+os.environ[EVAL_SETTINGS_ENV] = json.dumps(stage_config.eval_settings(config))
+os.environ[f"APPTAINERENV_{EVAL_SETTINGS_ENV}"] = os.environ[EVAL_SETTINGS_ENV]
 
 
 # The preflight of each framework's image: `accelpipe doctor` once per backend and image
@@ -375,4 +380,8 @@ def compare_inputs(wildcards):
 
 
 def compare_config(wildcards):
-    return as_json({"cost": config["cost"]})
+    """The prices, and each run's config hash under this config: the page flags a run whose
+    recorded hash differs (stale), and a changed config re-makes the page."""
+    runs = [run_of(Path(run)) for run in compare_runs(wildcards)]
+    hashes = stage_config.current_hashes(config, runs)
+    return as_json({"cost": config["cost"], "config_hashes": hashes})

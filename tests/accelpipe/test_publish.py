@@ -74,6 +74,39 @@ def test_publish_copies_outputs_and_writes_provenance(tmp_path: Path) -> None:
     assert performance["reference"] is None and "cpu" in performance["reference_note"]
 
 
+def test_provenance_records_the_config_hash_the_slice_carries(tmp_path: Path) -> None:
+    """Issue 30 item 13: `accelpipe runs` and the compare page check it against the config."""
+    out = tmp_path / "run"
+    publish_run(_stage_dirs(tmp_path), SLICE | {"config_hash": "c" * 64}, out, "model.pt")
+    assert json.loads((out / "provenance.json").read_text())["config_hash"] == "c" * 64
+
+
+def test_performance_json_carries_the_host_block_and_its_warning(tmp_path: Path) -> None:
+    """Issue 30 item 14: the train stage.json's host facts, judged."""
+    dirs = _stage_dirs(tmp_path)
+    stage = json.loads((dirs["train"] / "stage.json").read_text())
+    host = {
+        "cpu_model": "x",
+        "cores": 2,
+        "usable_cpus": 2,
+        "load_average_start": [0.1, 0.1, 0.1],
+        "load_average_end": [1.5, 0.5, 0.2],
+        "window_s": 10.0,
+        "job_cpu_s": 10.0,
+        "other_cpu_s": 9.0,
+        "not_measured": None,
+    }
+    (dirs["train"] / "stage.json").write_text(json.dumps(stage | {"host": host}))
+    publish_run(dirs, SLICE, tmp_path / "run", "model.pt")
+    performance = json.loads((tmp_path / "run" / PERFORMANCE_FILE).read_text())
+    assert performance["host"]["cpu_model"] == "x"
+    assert performance["host"]["other_cpu_share"] == 0.45
+    assert performance["host"]["oversubscribed"] is True
+    assert performance["host"]["warning"].startswith(
+        "host oversubscribed: other processes used 45%"
+    )
+
+
 def test_provenance_keeps_what_the_preflight_of_the_image_saw(tmp_path: Path) -> None:
     """On an accelerator backend the run's provenance says which system its image saw
     (accelpipe doctor's facts); on the cpu there is no preflight and `system` is null."""

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from accelpipe.errors import ConfigError
-from accelpipe.runtime import RUNTIME_ENV, read_runtime
+from accelpipe.runtime import EVAL_SETTINGS_ENV, RUNTIME_ENV, read_runtime, with_eval_settings
 
 DOCKER = {
     "runtime": "docker",
@@ -55,3 +55,31 @@ def test_a_bad_setting_is_one_error_naming_the_variable(
     with pytest.raises(ConfigError, match=says) as err:
         read_runtime("pytorch")
     assert str(err.value).startswith(f"${RUNTIME_ENV}")
+
+
+TRAIN_SLICE = {"train": {"eval_every": 1}, "evaluate": {"overlap": 0.5, "sw_batch_size": 4}}
+
+
+def test_a_train_job_gets_the_evaluate_settings_outside_its_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(EVAL_SETTINGS_ENV, json.dumps({"swinunetr": {"sw_batch_size": 2}}))
+    cfg = with_eval_settings(TRAIN_SLICE, "swinunetr")
+    assert cfg["evaluate"] == {"overlap": 0.5, "sw_batch_size": 2}
+    no_evaluation = {"train": {"eval_every": 0}}
+    assert with_eval_settings(no_evaluation, "swinunetr") == no_evaluation
+    monkeypatch.delenv(EVAL_SETTINGS_ENV)  # a stage run by hand: the slice's own (defaults)
+    assert with_eval_settings(TRAIN_SLICE, "swinunetr") == TRAIN_SLICE
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("{", "is not JSON"), ("{}", "swinunetr must map"), ('{"swinunetr": {"lr": 1}}', "lr")],
+)
+def test_bad_evaluate_settings_are_one_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str, says: str
+) -> None:
+    monkeypatch.setenv(EVAL_SETTINGS_ENV, value)
+    with pytest.raises(ConfigError, match=says) as err:
+        with_eval_settings(TRAIN_SLICE, "swinunetr")
+    assert str(err.value).startswith(f"${EVAL_SETTINGS_ENV}")

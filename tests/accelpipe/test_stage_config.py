@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe import stage_config
-from accelpipe.config import slice_schema, validate, validate_slice
+from accelpipe.config import EVAL_OUTSIDE_TRAIN_KEY, slice_schema, validate, validate_slice
 from accelpipe.errors import ConfigError
 
 
@@ -46,6 +46,52 @@ def test_performance_settings_reach_publish_only(config: dict) -> None:
     """A new warm-up count rewrites performance.json without re-running training."""
     assert stage_config.publish(config, "ssd", "small")["performance"] == {"warmup_steps": 5}
     assert "performance" not in stage_config.train(config, "ssd", "small")
+
+
+@pytest.mark.parametrize(
+    ("workload", "setting"),
+    [
+        ("unet2d", {"batch_size": 3}),
+        ("swinunetr", {"sw_batch_size": 7}),
+        ("resnet50", {"batch_size": 5, "loader_workers": 0}),
+        ("ssd", {"batch_size": 2}),
+        ("segmenter", {"batch_size": 1, "prediction_images": 9}),
+    ],
+)
+def test_evaluate_settings_that_cannot_change_training_stay_out_of_its_slice(
+    workload: str, setting: dict
+) -> None:
+    """Issue 30 item 15: a new evaluation batch size re-runs the evaluate stage, never the
+    training that evaluates inside it; the train job gets the value from eval_settings."""
+    evaluating = {"train": {"eval_every": 1}, "runs": {"r": {}}}
+    run = "r/fold0" if workload == "unet2d" else "r"  # unet2d's runs are cross-validated
+    base = validate({workload: evaluating})
+    changed = validate({workload: evaluating | {"evaluate": setting}})
+    assert "evaluate" in stage_config.train(base, workload, run)
+    assert stage_config.train(changed, workload, run) == stage_config.train(base, workload, run)
+    assert stage_config.evaluate(changed, workload, run) != stage_config.evaluate(
+        base, workload, run
+    )
+    assert stage_config.eval_settings(changed)[workload] == (
+        stage_config.eval_settings(base)[workload] | setting
+    )
+
+
+@pytest.mark.parametrize(
+    ("workload", "setting"),
+    [
+        ("swinunetr", {"overlap": 0.25}),
+        ("ssd", {"nms_iou": 0.6}),
+        ("segmenter", {"short_side": 64}),
+    ],
+)
+def test_evaluate_settings_that_change_scores_retrain_a_run_evaluating_inside(
+    workload: str, setting: dict
+) -> None:
+    evaluating = {"train": {"eval_every": 1}, "runs": {"r": {}}}
+    base = validate({workload: evaluating})
+    changed = validate({workload: evaluating | {"evaluate": setting}})
+    assert stage_config.train(changed, workload, "r") != stage_config.train(base, workload, "r")
 
 
 def test_a_run_the_config_lacks_is_refused_naming_the_key(config: dict) -> None:
@@ -135,12 +181,17 @@ def _every_slice(config: dict):
 
 @pytest.mark.parametrize("which", ["defaults", "config.yaml", ".test/config.yaml"])
 def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
-    """Each slice stage_config builds passes its stage's schema with nothing to fill in."""
+    """Each slice stage_config builds passes its stage's schema with nothing to fill in but
+    the evaluate settings a train slice leaves to $ACCELPIPE_EVAL_SETTINGS (their defaults,
+    for a train stage run by hand)."""
     config = validate({}) if which == "defaults" else _shipped_config(which)
     seen = set()
     for stage, names, value in _every_slice(config):
         node = slice_schema(stage, **names)
-        assert validate_slice(value, node, stage) == value, (stage, names)
+        filled = validate_slice(value, node, stage)
+        for key in EVAL_OUTSIDE_TRAIN_KEY if stage == "train" else ():
+            filled.get("evaluate", {}).pop(key, None)
+        assert filled == value, (stage, names)
         seen.add(stage)
     stages = {"raw", "prepare", "train", "evaluate", "publish", "benchmark", "compare"}
     assert seen == stages | ({"grid"} if which != "defaults" else set())
@@ -190,3 +241,41 @@ def test_unknown_names_are_refused_naming_them() -> None:
     with pytest.raises(ConfigError, match="'coco' has no prepared variant 'raw'"):
         slice_schema("prepare", dataset="coco", variant="raw")
     assert slice_schema("summarize-trace") is None
+
+
+# ----------------------------------------------------------------------------- config hash
+
+
+def test_a_runs_config_hash_changes_with_what_makes_its_result_only() -> None:
+    """Issue 30 item 13: the hash of the run's raw, prepare, train and evaluate slices."""
+    base = validate({})
+    hash_ = stage_config.run_config_hash(base, "resnet50", "fp32")
+    assert (
+        len(hash_) == 64 and stage_config.publish(base, "resnet50", "fp32")["config_hash"] == hash_
+    )
+    same = (
+        {"cost": {"per_hour": {"cpu": 1.0}}},  # the page's prices
+        {"resnet50": {"benchmark": {"steps": 99}}},  # another target's settings
+        {"resnet50": {"runs": {"fp32": {"precision": "fp32"}, "extra": {}}}},  # another run
+        {"performance": {"warmup_steps": 2}},  # how publish reads it
+    )
+    for change in same:
+        assert stage_config.run_config_hash(validate(change), "resnet50", "fp32") == hash_, change
+    different = (
+        {"resnet50": {"train": {"lr": 0.5}}},
+        {"resnet50": {"model": {"width": 8}}},
+        {"resnet50": {"evaluate": {"batch_size": 8}}},  # re-runs evaluate: its metric
+        {"datasets": {"imagenet": {"synthetic": {"classes": 3}}}},
+        {"backend": "cuda"},
+    )
+    for change in different:
+        assert stage_config.run_config_hash(validate(change), "resnet50", "fp32") != hash_, change
+
+
+def test_current_hashes_name_a_run_the_config_cannot_make_none() -> None:
+    config = validate({})
+    hashes = stage_config.current_hashes(config, [("resnet50", "fp32"), ("resnet50", "tiny")])
+    assert hashes == {
+        "resnet50/fp32": stage_config.run_config_hash(config, "resnet50", "fp32"),
+        "resnet50/tiny": None,
+    }

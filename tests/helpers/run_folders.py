@@ -160,6 +160,22 @@ def performance(
     }
 
 
+def compute(flops_per_sample: float) -> dict[str, Any]:
+    """performance.json's `compute` of a cpu run whose FLOPs were counted."""
+    return {
+        "flops_per_sample": flops_per_sample,
+        "flops_counted_by": "torch.utils.flop_counter.FlopCounterMode",
+        "model_tflops": None,
+        "peak_tflops_per_device": None,
+        "peak_note": "cpu: no published dense peak",
+        "mfu": None,
+        "gemm_tflops_per_device": None,
+        "gemm": None,
+        "gemm_fraction": None,
+        "not_measured": None,
+    }
+
+
 def write_run(
     results: Path,
     workload: str,
@@ -174,9 +190,14 @@ def write_run(
     summary: dict | None = None,
     energy_block: dict[str, Any] | None = None,
     system: dict[str, Any] | None = None,
+    config_hash: str | None = None,
+    flops_per_sample: float | None = None,
+    host: dict[str, Any] | None = None,
 ) -> Path:
     """A finished run folder; `with_performance=False`: one published before performance.json;
-    `system`: provenance.json's preflight facts (none: a cpu run's null)."""
+    `system`: provenance.json's preflight facts (none: a cpu run's null); `config_hash`:
+    provenance.json's (none: published before it was recorded); `flops_per_sample`: a
+    `compute` block in performance.json with that count; `host`: its `host` block."""
     folder = results / workload / run
     folder.mkdir(parents=True)
     metric = registry.workload(workload).metric
@@ -190,7 +211,7 @@ def write_run(
         "precision": "fp32",
         "stages": {"train": {"seconds": seconds}},
         "system": system,
-    }
+    } | ({"config_hash": config_hash} if config_hash else {})
     files = {
         "metrics.json": metrics,
         "provenance.json": provenance,
@@ -198,6 +219,10 @@ def write_run(
     }
     if with_performance:
         perf = performance(workload, run, samples_per_s, seconds, backend, reference, energy_block)
+        if flops_per_sample is not None:
+            perf["compute"] = compute(flops_per_sample)
+        if host is not None:
+            perf["host"] = host
         files["performance.json"] = perf
     for name, content in files.items():
         (folder / name).write_text(json.dumps(content))

@@ -126,6 +126,15 @@ def test_changed_lr_reruns_train_and_after_but_not_data(project: Project) -> Non
     assert set(jobs) == DOWNSTREAM_OF_TRAIN
 
 
+def test_changed_evaluation_batch_size_reruns_evaluate_not_train(project: Project) -> None:
+    """Issue 30 item 15: fold0 evaluates inside training (eval_every 1), yet a new evaluation
+    batch size cannot change what training makes: no train job (docs/stages.md)."""
+    jobs = project.planned_jobs(
+        "results/unet2d/fold0", "--config", 'unet2d={"evaluate":{"batch_size":3}}'
+    )
+    assert set(jobs) == {"evaluate", "publish_run"}
+
+
 def test_changed_prepare_setting_reruns_from_prepare(project: Project) -> None:
     jobs = project.planned_jobs(
         "results/unet2d/fold0", "--config", 'unet2d={"prepare":{"fold_seed":7}}'

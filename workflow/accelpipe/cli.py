@@ -204,6 +204,22 @@ def build_parser() -> argparse.ArgumentParser:
     targets.add_argument("--json", action="store_true", help="print the targets as JSON")
     runs = _parser(sub, "runs", "list the runs under results/ with their headline numbers")
     runs.add_argument("--results", default="results", help="the results folder (default: results)")
+    runs.add_argument(
+        "--configfile",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="PATH",
+        help="the config a run is stale under: files over config.yaml, as snakemake's",
+    )
+    runs.add_argument(
+        "--config",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config values over those, as snakemake's --config",
+    )
     runs.add_argument("--json", action="store_true", help="print the runs as JSON")
     return parser
 

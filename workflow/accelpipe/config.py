@@ -271,8 +271,15 @@ def load_slice(text: str) -> dict[str, Any]:
 TRAIN_SECTIONS = ("model", "train", "profile", "transforms")
 # what a train slice adds where the run evaluates inside training (train.eval_every)
 EVAL_IN_TRAINING_SECTIONS = ("evaluate", "target")
+# keys of an `evaluate` block that cannot change what the train stage makes: how many samples
+# or windows one forward pass holds (eval mode: no batch statistics), the loader's processes,
+# the predictions only the evaluate stage draws. A train slice leaves them out, so changing
+# them never retrains; the train job reads them from $ACCELPIPE_EVAL_SETTINGS (runtime.py).
+EVAL_OUTSIDE_TRAIN_KEY = ("batch_size", "sw_batch_size", "loader_workers", "prediction_images")
 # workload settings that make other runs: not part of any one run's slices
 NOT_RUN_SETTINGS = ("runs", "grid", "seeds", "benchmark")
+# a config hash (provenance.config_hash): sha256 in hex
+_HASH = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 
 
 def _sections(properties: dict[str, Any], required: bool = True) -> dict[str, Any]:
@@ -322,16 +329,16 @@ def _run_stage_schema(stage: str, workload: str) -> dict[str, Any]:
         )
     data = registry.workload(workload).dataset
     run = {k: v for k, v in own.items() if k not in NOT_RUN_SETTINGS}
-    return _sections(
-        {
-            "backend": root["backend"],
-            "runtime": root["runtime"],
-            "datasets": _sections({data: _block("datasets")[data]}),
-            "performance": root["performance"],
-            "reference_figures": _figure_schema(),
-            workload: _sections(run, required=False),
-        }
-    )
+    sections = {
+        "backend": root["backend"],
+        "runtime": root["runtime"],
+        "datasets": _sections({data: _block("datasets")[data]}),
+        "performance": root["performance"],
+        "reference_figures": _figure_schema(),
+        workload: _sections(run, required=False),
+    }
+    # stage_config.run_config_hash, which provenance.json records (a publish run by hand: none)
+    return _sections(sections | {"config_hash": _HASH}) | {"required": sorted(sections)}
 
 
 def runtime_schema() -> dict[str, Any]:
@@ -385,7 +392,10 @@ def slice_schema(
         benchmark = _resolve(schema()["definitions"]["benchmark"])["properties"]
         return _sections({"warmup_steps": benchmark["warmup_steps"]})
     if stage == "compare":
-        return _sections({"cost": root["cost"]})
+        # each run's config hash under the current config (stage_config.current_hashes),
+        # null for a run it cannot make; absent (compare run by hand): staleness unchecked
+        hashes = {"type": "object", "additionalProperties": {"oneOf": [_HASH, {"type": "null"}]}}
+        return _sections({"cost": root["cost"], "config_hashes": hashes}) | {"required": ["cost"]}
     return None
 
 

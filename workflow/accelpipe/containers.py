@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 # Host variables a containerised stage may see; everything else stays outside.
 ENV_WHITELIST = (
     "ACCELPIPE_GIT_STATE",  # provenance.GIT_STATE_ENV: the image holds no checkout
+    "ACCELPIPE_EVAL_SETTINGS",  # runtime.EVAL_SETTINGS_ENV: evaluate settings outside train's key
     "TZ",
     "LANG",
     "LC_ALL",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -22,6 +23,18 @@ STAGE_FILE = "stage.json"
 GIT_STATE_ENV = "ACCELPIPE_GIT_STATE"
 # Recorded by every stage that trains; the engine adds its framework's (accelpipe.engines).
 PACKAGES = ("numpy", "nibabel", "snakemake", "jsonschema", "matplotlib")
+
+
+# How many hex digits of a config hash the runs listing and the compare page show.
+SHORT_HASH = 12
+
+
+def config_hash(slices: dict[str, Any]) -> str:
+    """The hash of a run's config: sha256 of the canonical JSON (sorted keys, no spaces: the
+    form the rules pass) of the config slices its result depends on (stage_config.run_slices).
+    Equal hashes: the same data, training and evaluation settings."""
+    text = json.dumps(slices, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def now_iso() -> str:
@@ -102,6 +115,8 @@ def build(
         "created": now_iso(),
         "git": checkout_state(),
         "accelpipe": accelpipe.__version__,
+        # the hash of the run's config (config_hash), which the publish slice carries
+        "config_hash": config_slice.get("config_hash"),
         "config": config_slice,
         "backend": train.get("backend"),
         "device": train.get("device"),

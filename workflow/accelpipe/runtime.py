@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 
-from accelpipe.config import runtime_schema, schema
+from accelpipe.config import EVAL_OUTSIDE_TRAIN_KEY, runtime_schema, schema
 from accelpipe.errors import ConfigError
 
 RUNTIME_ENV = "ACCELPIPE_RUNTIME"
@@ -51,3 +51,29 @@ def lease_wait_s(runtime: dict[str, Any]) -> float | None:
         return runtime["wait_s"]
     accelerators = schema()["properties"]["accelerators"]["properties"]
     return accelerators["wait_s"]["default"]
+
+
+# The evaluate settings a train slice leaves out (config.EVAL_OUTSIDE_TRAIN_KEY), per workload,
+# as JSON: the workflow puts them here, beside ACCELPIPE_RUNTIME, because Snakemake re-runs a
+# job whose params change and these cannot change what training makes.
+EVAL_SETTINGS_ENV = "ACCELPIPE_EVAL_SETTINGS"
+
+
+def with_eval_settings(cfg: dict[str, Any], workload: str) -> dict[str, Any]:
+    """The train slice `cfg` with the workload's evaluate settings from $ACCELPIPE_EVAL_SETTINGS
+    put into its `evaluate` section (a slice without one evaluates nothing inside training).
+    Unset (a stage run by hand): the slice as it is, its schema's defaults filled in."""
+    text = os.environ.get(EVAL_SETTINGS_ENV, "").strip()
+    if not text or "evaluate" not in cfg:
+        return cfg
+    try:
+        settings = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"${EVAL_SETTINGS_ENV} is not JSON ({err.msg})") from None
+    own = settings.get(workload) if isinstance(settings, dict) else None
+    if not isinstance(own, dict) or not set(own) <= set(EVAL_OUTSIDE_TRAIN_KEY):
+        raise ConfigError(
+            f"${EVAL_SETTINGS_ENV}: {workload} must map some of "
+            f"{', '.join(EVAL_OUTSIDE_TRAIN_KEY)} to values, got {own!r}"
+        )
+    return cfg | {"evaluate": cfg["evaluate"] | own}

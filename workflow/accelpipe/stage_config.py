@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelpipe import performance, registry, targets
+from accelpipe import performance, provenance, registry, targets
 from accelpipe.config import (
     EVAL_IN_TRAINING_SECTIONS,
+    EVAL_OUTSIDE_TRAIN_KEY,
     NOT_RUN_SETTINGS,
     TRAIN_SECTIONS,
     run_model,
     run_train,
 )
+from accelpipe.errors import AccelpipeError
 
 
 def raw(config: dict[str, Any], dataset: str) -> dict[str, Any]:
@@ -49,12 +51,31 @@ def workload_settings(config: dict[str, Any], workload: str, run: str) -> dict[s
 
 def train(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     """A run's train slice; the evaluate settings and the target only where it evaluates
-    inside training (so that without, they do not re-run training)."""
+    inside training (so that without, they do not re-run training), and even there not
+    those that cannot change what training makes (`eval_settings` carries them)."""
     block = workload_settings(config, workload, run)
     sections = TRAIN_SECTIONS + (
         EVAL_IN_TRAINING_SECTIONS if block["train"].get("eval_every") else ()
     )
-    return {"backend": config["backend"]} | {k: block[k] for k in sections if k in block}
+    slice_ = {"backend": config["backend"]} | {k: block[k] for k in sections if k in block}
+    if "evaluate" in slice_:
+        slice_["evaluate"] = {
+            k: v for k, v in slice_["evaluate"].items() if k not in EVAL_OUTSIDE_TRAIN_KEY
+        }
+    return slice_
+
+
+def eval_settings(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per workload, the evaluate settings a train slice leaves out (config.
+    EVAL_OUTSIDE_TRAIN_KEY): what $ACCELPIPE_EVAL_SETTINGS hands every train job."""
+    return {
+        workload: {
+            k: v
+            for k, v in config[workload].get("evaluate", {}).items()
+            if k in EVAL_OUTSIDE_TRAIN_KEY
+        }
+        for workload in registry.WORKLOADS
+    }
 
 
 def evaluate(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
@@ -80,7 +101,38 @@ def publish(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
         # The published figures performance.json compares with: a changed one re-runs publish.
         "reference_figures": performance.figures_for(workload),
         workload: workload_settings(config, workload, run),
+        "config_hash": run_config_hash(config, workload, run),  # provenance.json records it
     }
+
+
+def run_slices(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
+    """The slices a run's result depends on: the keys of its raw, prepare, train and evaluate
+    stages (not publish's: where it ran, the published figures it is set against)."""
+    dataset, variant = targets.workload_data(workload)
+    return {
+        "raw": raw(config, dataset),
+        "prepare": prepare(config, dataset, variant),
+        "train": train(config, workload, run),
+        "evaluate": evaluate(config, workload, run),
+    }
+
+
+def run_config_hash(config: dict[str, Any], workload: str, run: str) -> str:
+    """The hash of the run's config (provenance.config_hash of `run_slices`): a run whose
+    recorded hash differs from it is stale under `config`."""
+    return provenance.config_hash(run_slices(config, workload, run))
+
+
+def current_hashes(config: dict[str, Any], runs: list[tuple[str, str]]) -> dict[str, str | None]:
+    """`<workload>/<run>` -> its hash under `config` for each (workload, run); None for a run
+    `config` cannot make (a run since removed from it)."""
+    hashes: dict[str, str | None] = {}
+    for workload, run in runs:
+        try:
+            hashes[f"{workload}/{run}"] = run_config_hash(config, workload, run)
+        except AccelpipeError:
+            hashes[f"{workload}/{run}"] = None
+    return hashes
 
 
 def benchmark_row(config: dict[str, Any], workload: str, row: str) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from accelpipe.performance import DEFINITIONS
 from tests.helpers.run_folders import energy, reference, write_run
 
 TEXT_CELLS = {"reference_comparable", "backend", "device", "precision", "system"}
+# the runs table's text cells: which runs its speed and price compare with, its config, warnings
+RUN_TEXT_CELLS = {"comparable_group", "config_hash", "warnings"}
 VERDICT = {True: "comparable", False: "indicative", None: "–"}
 # the compute block the hand-made runs get (performance.json's `compute`)
 COMPUTE = {
@@ -129,10 +131,10 @@ def compared(tmp_path: Path) -> tuple[Path, list[dict]]:
             results, "resnet50", "bf16", 0.70, (900.0, 850.5, 950.25), 100.0,
             reference=reference(2.25, comparable=True), energy_block=energy(51.2345, 12345.6),
         ))),
-        _add_curves(write_run(
+        _add_curves(_add_compute(write_run(
             results, "resnet50", "fp32", 0.76, (400.0, 390.0, 410.0), 250.0,
             reference=reference(1.0, comparable=False),
-        )),
+        ))),
         write_run(results, "ssd", "old", 0.2, seconds=33.3, with_performance=False),
     ]  # fmt: skip
     out = tmp_path / "results/compare"
@@ -227,8 +229,15 @@ def test_every_run_is_a_row_showing_its_files_numbers_rounded_and_exact(
         key = (row["workload"], row["run"])
         shown = {k: v for t in page.tables.values() for k, v in t[key].items()}
         values = {k: v for t in page.values.values() for k, v in t[key].items()}
-        assert set(shown) == set(NUMBERS) | TEXT_CELLS
+        assert set(shown) == set(NUMBERS) | TEXT_CELLS | RUN_TEXT_CELLS
         assert set(values) == set(NUMBERS)
+        assert shown.pop("config_hash") == "–"  # published before runs recorded it
+        assert shown.pop("warnings") == "none"
+        group = shown.pop("comparable_group")
+        if row["comparable_group"] is None:
+            assert group == "none: no FLOPs per sample"
+        else:
+            assert group == "8.21 GFLOP per sample (2 runs)"
         assert shown.pop("reference_comparable") == VERDICT[row["reference_comparable"]]
         for field in ("backend", "device", "precision"):
             assert shown.pop(field) == row[field]
@@ -345,3 +354,76 @@ def test_the_page_is_standalone_with_its_plots_inlined(compared: tuple[Path, lis
     assert {
         (out / n).read_bytes() for n in ("quality.png", "throughput.png", "step_breakdown.png")
     } <= inlined
+
+
+# -- what the page warns of (issue 30 items 13 and 14) ---------------------------------------
+HOST = {  # devices.host.HostWindow's facts: a busy competitor took half of the 2 CPUs
+    "cpu_model": "Some CPU @ 2.0GHz",
+    "cores": 2,
+    "usable_cpus": 2,
+    "load_average_start": [0.5, 0.4, 0.3],
+    "load_average_end": [2.9, 1.2, 0.6],
+    "window_s": 20.0,
+    "job_cpu_s": 20.0,
+    "other_cpu_s": 20.0,
+    "not_measured": None,
+}
+
+
+def _disagreeing(run: Path) -> Path:
+    """The run's profiled step 1.5 times its measured one."""
+    perf = json.loads((run / "performance.json").read_text())
+    perf["profiled_step"] |= {"ratio": 1.5, "agrees": False, "note": "the profiled step DISAGREES"}
+    (run / "performance.json").write_text(json.dumps(perf))
+    return run
+
+
+@pytest.fixture
+def warned(tmp_path: Path) -> str:
+    """A page of a tiny and two shipped-size resnet50 runs: the tiny one fastest by far, one
+    shipped run stale and trained on an oversubscribed host, every profiled step disagreeing."""
+    from accelpipe.performance import host_load
+
+    results = tmp_path / "results"
+    runs = [
+        write_run(results, "resnet50", "tiny", 0.3, (9000.0, 1, 1), flops_per_sample=2e6,
+                  config_hash="1" * 64),
+        write_run(results, "resnet50", "bf16", 0.7, (900.0, 1, 1), flops_per_sample=4e9,
+                  config_hash="2" * 64, host=host_load(HOST)),
+        write_run(results, "resnet50", "fp32", 0.76, (400.0, 1, 1), flops_per_sample=4e9,
+                  config_hash="3" * 64, host=host_load(HOST | {"other_cpu_s": 0.1})),
+    ]  # fmt: skip
+    current = {"resnet50/tiny": "1" * 64, "resnet50/bf16": "f" * 64, "resnet50/fp32": "3" * 64}
+    out = tmp_path / "compare"
+    write_compare([_disagreeing(run) for run in runs], {"cpu": 1.0}, out, current)
+    return (out / "compare.html").read_text()
+
+
+def test_fastest_is_marked_only_among_runs_of_one_model_and_input(warned: str) -> None:
+    page = Page(warned)
+    assert "fastest" not in page.marks[("resnet50", "tiny")]  # 10x faster, a tiny model
+    assert "fastest" in page.marks[("resnet50", "bf16")]
+    runs = page.tables["runs"]
+    assert runs[("resnet50", "tiny")]["comparable_group"] == "0.002 GFLOP per sample: no other run"
+    assert runs[("resnet50", "bf16")]["comparable_group"] == "4 GFLOP per sample (2 runs)"
+
+
+def test_the_stale_run_and_the_loaded_host_are_flagged_as_text(warned: str) -> None:
+    runs = Page(warned).tables["runs"]
+    assert runs[("resnet50", "bf16")]["config_hash"] == "2" * 12
+    assert runs[("resnet50", "bf16")]["warnings"] == (
+        "⚠ stale config · ⚠ host oversubscribed · ⚠ profiled step disagrees"
+    )
+    assert runs[("resnet50", "fp32")]["warnings"] == "⚠ profiled step disagrees"
+    summary = warned.split('<ul id="warnings">', 1)[1].split("</ul>", 1)[0]
+    assert "⚠ stale config: 1 of 3 runs (resnet50/bf16)" in summary
+    assert "⚠ host oversubscribed: 1 of 3 runs (resnet50/bf16)" in summary
+    assert "other processes used 50% of the 2 CPUs" in summary
+    # the profiled step's disagreement, once only a title's ⚠: visible text on the page
+    assert "⚠ profiled step disagrees: 3 of 3 runs" in summary
+    assert "⚠ host: host oversubscribed" in warned.split('<ul id="notes">', 1)[1]
+
+
+def test_a_page_without_warnings_says_so(compared: tuple[Path, list[dict]]) -> None:
+    out, _ = compared
+    assert '<p class="muted" id="warnings">No warnings' in (out / "compare.html").read_text()

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from accelpipe import registry
-from accelpipe.compare.rows import MARKS, build_rows, cost, mark_best, read_row, system_text
+from accelpipe.compare.rows import (
+    MARKS,
+    build_rows,
+    comparable_group,
+    cost,
+    mark_best,
+    read_row,
+    system_text,
+)
 from accelpipe.errors import DataError
 from accelpipe.traces.plot import PART_NAMES
 from tests.helpers.run_folders import NO_RAPL, energy, reference, write_run
@@ -139,7 +147,12 @@ def test_a_metric_written_as_null_is_no_number_and_its_note_is_quoted(tmp_path: 
 
 
 def _row(
-    workload: str, run: str, speed: float | None, quality: float | None, cost: float | None = None
+    workload: str,
+    run: str,
+    speed: float | None,
+    quality: float | None,
+    cost: float | None = None,
+    flops: float | None = 4.1e9,
 ) -> dict:
     return {
         "workload": workload,
@@ -147,6 +160,7 @@ def _row(
         "samples_per_s": speed,
         "metric_value": quality,
         "cost_per_1000_samples": cost,
+        "comparable_group": comparable_group(flops),
     }
 
 
@@ -191,3 +205,65 @@ def test_a_folder_gone_since_planning_or_none_at_all_is_one_clear_error(tmp_path
         read_row(tmp_path / "ssd" / "fp32", {})
     with pytest.raises(DataError, match="no finished run"):
         build_rows([], {})
+
+
+def test_fastest_and_cheapest_only_among_runs_of_one_model_and_input() -> None:
+    """Issue 30 item 13: a tiny model's samples/s beat the shipped ones and took "fastest";
+    now speed and price compare only at the same FLOPs per sample (to 3 digits)."""
+    rows = [
+        _row("resnet50", "tiny", 5000.0, 0.25, 0.0001, flops=2.2e6),
+        _row("resnet50", "bf16", 900.0, 0.70, 0.02, flops=4.1e9),
+        _row("resnet50", "fp32", 400.0, 0.76, 0.05, flops=4.1004e9),  # the same to 3 digits
+        _row("resnet50", "graph", 950.0, 0.70, 0.01, flops=8.2e9),  # alone at its size
+        _row("resnet50", "old", 9000.0, 0.10, 0.00001, flops=None),  # no count: compared with none
+    ]
+    mark_best(rows)
+    marked = {mark: [r["run"] for r in rows if r[mark]] for mark, _, _ in MARKS}
+    assert marked == {"fastest": ["bf16"], "cheapest": ["bf16"], "most_accurate": ["fp32"]}
+    assert [r["comparable_runs"] for r in rows] == [1, 2, 2, 1, 0]
+    assert rows[1]["comparable_group"] == rows[2]["comparable_group"] == "4.1 GFLOP per sample"
+
+
+def test_a_tie_within_a_group_shares_the_mark() -> None:
+    rows = [_row("ssd", "a", 10.0, 0.2, 0.5), _row("ssd", "b", 10.0, 0.2, 0.5)]
+    mark_best(rows)
+    assert all(r["fastest"] and r["cheapest"] and r["most_accurate"] for r in rows)
+
+
+HASH_A, HASH_B = "a" * 64, "b" * 64
+
+
+@pytest.mark.parametrize(
+    ("recorded", "current", "stale", "says"),
+    [
+        (HASH_A, {"ssd/fp32": HASH_A}, False, "the current config's"),
+        (HASH_A, {"ssd/fp32": HASH_B}, True, "stale: made with config aaaaaaaaaaaa"),
+        (HASH_A, {"ssd/fp32": None}, True, "the current config has no such run"),
+        (HASH_A, None, None, "not checked against a config"),
+        (None, {"ssd/fp32": HASH_B}, None, "published before accelpipe recorded it"),
+    ],
+)
+def test_a_run_is_stale_where_the_current_config_gives_it_another_hash(
+    tmp_path: Path, recorded: str | None, current: dict | None, stale: bool | None, says: str
+) -> None:
+    [row] = build_rows([write_run(tmp_path, "ssd", "fp32", config_hash=recorded)], {}, current)
+    assert row["config_hash"] == recorded
+    assert row["config_stale"] is stale and says in row["config_note"]
+
+
+def test_runs_of_different_flops_in_their_folders_are_not_compared(tmp_path: Path) -> None:
+    runs = [
+        write_run(tmp_path, "unet2d", "fold0", samples_per_s=(5000.0, 1, 1), flops_per_sample=1e6),
+        write_run(
+            tmp_path, "unet2d", "big/fold0", samples_per_s=(90.0, 1, 1), flops_per_sample=5e9
+        ),
+        write_run(
+            tmp_path, "unet2d", "big/fold1", samples_per_s=(80.0, 1, 1), flops_per_sample=5e9
+        ),
+    ]
+    rows = build_rows(runs, {"cpu": 1.0})
+    assert [(r["run"], r["fastest"], r["cheapest"]) for r in rows] == [
+        ("fold0", False, False),
+        ("big/fold0", True, True),
+        ("big/fold1", False, False),
+    ]

@@ -122,3 +122,28 @@ def test_failed_launched_workers_leave_nothing_but_resume_state(
     with pytest.raises(SystemExit):
         cli.main(argv)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_train_job_gets_the_evaluate_settings_left_out_of_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30 item 15: the slice (Snakemake's params) has no evaluation batch size; the job
+    evaluating inside training still scores with the configured one, from the environment the
+    workflow sets (rules/common.smk)."""
+    from accelpipe import workloads
+    from accelpipe.engines import torch_trainer
+    from accelpipe.runtime import EVAL_SETTINGS_ENV
+
+    argv = _train_argv(tmp_path, tmp_path, eval_every=1)
+    assert "batch_size" not in json.loads(argv[argv.index("--config-json") + 1])["evaluate"]
+    seen: list[dict] = []
+
+    class Recorder:
+        def train(self, prepared: Path, run: str, cfg: dict, work_dir: Path) -> None:
+            seen.append(cfg)  # as a rank other than 0: nothing to publish
+
+    monkeypatch.setattr(workloads, "get", lambda name: Recorder())
+    monkeypatch.setattr(torch_trainer, "limit_threads", lambda n: None)
+    monkeypatch.setenv(EVAL_SETTINGS_ENV, json.dumps({"unet2d": {"batch_size": 3}}))
+    assert cli.main(argv) == 0
+    assert seen[0]["evaluate"]["batch_size"] == 3

@@ -26,6 +26,7 @@ from typing import Any
 from accelpipe import ttt
 from accelpipe.compare.rows import MARKS
 from accelpipe.performance import DEFINITIONS
+from accelpipe.provenance import SHORT_HASH
 from accelpipe.seeds import split_seed_run
 from accelpipe.traces.plot import LABELS, PART_NAMES
 
@@ -278,6 +279,67 @@ def _marks(row: Row) -> str:
     return f'<td class="marks">{" · ".join(marks)}</td>'
 
 
+def _group_text(row: Row) -> str:
+    """Which runs the row's speed and price are compared with (rows.comparable_group)."""
+    if row["comparable_group"] is None:
+        return "none: no FLOPs per sample"
+    others = row["comparable_runs"] - 1
+    if others < 1:
+        return f"{row['comparable_group']}: no other run"
+    return f"{row['comparable_group']} ({row['comparable_runs']} runs)"
+
+
+def _config_cell(row: Row) -> str:
+    recorded = row["config_hash"]
+    text = "–" if recorded is None else recorded[:SHORT_HASH]
+    title = _e(row["config_note"])
+    return f'<td data-field="config_hash" title="{title}"><code>{_e(text)}</code></td>'
+
+
+# (warning, whether the row has it, the row's field that says why): shown as text in the
+# runs table's warnings cell and counted above the table, never only in a title
+WARNINGS: tuple[tuple[str, Callable[[Row], bool], str], ...] = (
+    ("stale config", lambda row: row["config_stale"] is True, "config_note"),
+    ("host oversubscribed", lambda row: row["host_oversubscribed"] is True, "host_note"),
+    (
+        "profiled step disagrees",
+        lambda row: row["profiled_step_agrees"] is False,
+        "profiled_step_note",
+    ),
+)
+
+
+def _warnings(row: Row) -> list[tuple[str, str]]:
+    """The row's warnings: (short text, why)."""
+    return [(text, str(row.get(why) or "")) for text, has, why in WARNINGS if has(row)]
+
+
+def _warnings_cell(row: Row) -> str:
+    found = _warnings(row)
+    title = " — ".join(why for _, why in found)
+    text = " · ".join(f"⚠ {short}" for short, _ in found) or "none"
+    return f'<td class="wrap" data-field="warnings" title="{_e(title)}">{_e(text)}</td>'
+
+
+def _warnings_summary(rows: list[Row]) -> str:
+    """One line per kind of warning the page's runs have: how many runs, which, what to read."""
+    lines = []
+    for text, has, why in WARNINGS:
+        flagged = [row for row in rows if has(row)]
+        if flagged:
+            names = ", ".join(f"{row['workload']}/{row['run']}" for row in flagged)
+            lines.append(
+                f"<li>⚠ {_e(text)}: {len(flagged)} of {len(rows)} runs ({_e(names)}); "
+                f"e.g. {_e(flagged[0][why])}</li>"
+            )
+    if not lines:
+        return (
+            '<p class="muted" id="warnings">No warnings: no run is stale under the config, none '
+            "was measured on an oversubscribed host, no profiled step disagrees.</p>"
+        )
+    return f'<ul id="warnings">{"".join(lines)}</ul>'
+
+
 def _row_tag(row: Row, previous: Row | None) -> str:
     first = previous is None or previous["workload"] != row["workload"]
     return (
@@ -292,13 +354,14 @@ def _names(row: Row) -> list[str]:
 
 
 def _run_cells(row: Row) -> list[str]:
-    cells = [*_names(row), _marks(row), f"<td>{_e(row['metric'])}</td>"]
+    group = f'<td class="wrap" data-field="comparable_group">{_e(_group_text(row))}</td>'
+    cells = [*_names(row), _marks(row), group, f"<td>{_e(row['metric'])}</td>"]
     cells.append(_num(row, METRIC, best=_best(row, METRIC)))
     for column in RUNS:
         cells.append(_num(row, column, best=_best(row, column)))
         if column is RATIO:
             cells.append(_verdict(row))
-    return cells
+    return [*cells, _config_cell(row), _warnings_cell(row)]
 
 
 def _detail_cells(row: Row) -> list[str]:
@@ -326,10 +389,35 @@ def _headings(*columns: Column | tuple[str, str]) -> tuple[tuple[str, str], ...]
 # each table's (heading, definition), in the order of its cells
 RUNS_HEADINGS = _headings(
     *NAMES,
-    ("marks", "among the runs of one workload only, where two or more have the number"),
+    (
+        "marks",
+        "most accurate among the runs of one workload, fastest and cheapest among those of one "
+        "model and input (compared among); only where two or more have the number; ties share "
+        "the mark",
+    ),
+    (
+        "compared among",
+        "the runs whose speed and price this run's are compared with: those of its workload "
+        "with the same FLOPs per training sample (model and input size) to 3 significant "
+        "digits; a run without a FLOP count, or alone in its group, is never fastest or "
+        "cheapest",
+    ),
     ("metric", "the workload's quality metric: its key in metrics.json"),
     METRIC,
     *(c for column in RUNS for c in ((column, VERDICT[1:]) if column is RATIO else (column,))),
+    (
+        "config",
+        "the hash of the config the run was made with (provenance.json's config_hash: its "
+        "data, training and evaluation settings), shortened; the title says whether the current "
+        "config gives the same",
+    ),
+    (
+        "warnings",
+        "stale config: the current config gives the run another hash, or has no such run; "
+        "host oversubscribed: other processes took a share of the CPUs during training "
+        "(performance.json's host); profiled step disagrees: the trace's step is not the "
+        "measured one (performance.json's profiled_step)",
+    ),
 )
 DETAIL_HEADINGS = _headings(
     *NAMES, *DETAIL, *((heading, definition) for _, heading, definition in TEXT), *COUNTS
@@ -367,6 +455,9 @@ def _notes(rows: list[Row]) -> str:
         lines = [*row["notes"], f"reference: {row['reference_note']}"]
         lines += [f"step: {row['step_note']}", f"cost: {row['cost_note']}"]
         lines += [f"energy: {row['energy_note']}", f"compute: {row['compute_note']}"]
+        host_flag = "⚠ " if row["host_oversubscribed"] else ""
+        stale_flag = "⚠ " if row["config_stale"] else ""
+        lines += [f"{host_flag}host: {row['host_note']}", f"{stale_flag}{row['config_note']}"]
         if row["profiled_step_note"]:
             flag = "⚠ " if row["profiled_step_agrees"] is False else ""
             lines.append(f"{flag}profiled step: {row['profiled_step_note']}")
@@ -474,10 +565,12 @@ def render(
             f"<title>accelpipe: {len(rows)} runs compared</title><style>{STYLE}</style></head>",
             "<body><h1>accelpipe: every finished run</h1>",
             f"<p>{len(rows)} runs of {len(workloads)} workloads ({_e(', '.join(workloads))}). "
-            "Among the runs of one workload (where two or more have the number), ⚡ "
-            "<b>fastest</b> marks the highest samples/s (measured steps), ★ <b>most "
-            "accurate</b> the highest quality metric and $ <b>cheapest</b> the lowest cost per "
-            "1,000 samples; marked cells are green. Numbers are rounded to what they can mean "
+            "Where two or more runs have the number (ties share the mark), ★ <b>most "
+            "accurate</b> marks the highest quality metric among the runs of one workload; ⚡ "
+            "<b>fastest</b> the highest samples/s (measured steps) and $ <b>cheapest</b> the "
+            "lowest cost per 1,000 samples among the runs of one model and input only (one "
+            "workload, the same FLOPs per sample: <i>compared among</i>); marked cells are "
+            "green. Numbers are rounded to what they can mean "
             "(samples/s to 4 significant digits; TFLOP/s, GFLOP, ratios, costs and energy to 3; "
             "MFU and fractions in % to one decimal; times to 3 significant digits, whole "
             "seconds or ms kept; the metric to 3 decimals); a number's title gives its exact "
@@ -485,6 +578,7 @@ def render(
             "of each column.</p>",
             f"<p>{_cost_text(per_hour)}</p>",
             "<h2>Runs</h2>",
+            _warnings_summary(rows),
             _table("runs", RUNS_HEADINGS, rows, _run_cells),
             "<h2>Time to target over seeds</h2>",
             _seeds_table(rows),

@@ -17,6 +17,7 @@ from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMA
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
 from accelpipe.performance import COMPUTE_COLUMNS
+from accelpipe.provenance import SHORT_HASH
 from accelpipe.traces.plot import PART_NAMES, step_parts
 
 PART_COLUMNS = tuple(f"{part}_ms" for part in PART_NAMES)
@@ -50,6 +51,8 @@ COLUMNS = (
     "step_note",
     "profiled_step_agrees",
     "profiled_step_note",
+    "host_oversubscribed",
+    "host_note",
     "compute_note",
     "cost_per_run",
     "cost_per_1000_samples",
@@ -60,15 +63,22 @@ COLUMNS = (
     "fastest",
     "most_accurate",
     "cheapest",
+    "comparable_group",
+    "comparable_runs",
+    "config_hash",
+    "config_stale",
+    "config_note",
     "notes",
 )
-# (mark, the column whose highest value per workload earns it)
 # (mark, the column that earns it, whether the highest (True) or the lowest value wins)
 MARKS = (
     ("fastest", "samples_per_s", True),
     ("most_accurate", "metric_value", True),
     ("cheapest", "cost_per_1000_samples", False),
 )
+# Marks of speed and price: only among runs of one model and input (`comparable_group`), as a
+# tiny model's samples/s says nothing against a full one's. Quality is compared per workload.
+SAME_MODEL_MARKS = ("fastest", "cheapest")
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:
@@ -112,9 +122,19 @@ def _throughput(performance: dict[str, Any] | None) -> dict[str, Any]:
         **{f"per_step_samples_per_s_{q}": spread.get(q) for q in ("p10", "p90")},
         "profiled_step_agrees": profiled.get("agrees"),
         "profiled_step_note": profiled.get("note"),
+        **_host(facts.get("host")),
         **{k: (facts.get("compute") or {}).get(k) for k in COMPUTE_COLUMNS},
         "compute_note": _compute_note(facts.get("compute")),
     }
+
+
+def _host(host: dict[str, Any] | None) -> dict[str, Any]:
+    """Whether the host was oversubscribed while the run trained (performance.host_load),
+    and the warning or what was measured."""
+    if not host:
+        note = "no host facts in performance.json (published before they were recorded)"
+        return {"host_oversubscribed": None, "host_note": note}
+    return {"host_oversubscribed": host["oversubscribed"], "host_note": host["note"]}
 
 
 def _compute_note(compute: dict[str, Any] | None) -> str:
@@ -240,29 +260,92 @@ def read_row(run_dir: Path, per_hour: dict[str, float]) -> dict[str, Any]:
         "cost_note": cost_note,
         **_energy(performance),
         **dict.fromkeys(mark for mark, _, _ in MARKS),
+        "comparable_group": comparable_group(throughput["flops_per_sample"]),
+        "comparable_runs": None,  # mark_best counts them
+        "config_hash": provenance.get("config_hash"),
+        # build_rows checks the hash against the current config's
+        "config_stale": None,
+        "config_note": "not checked against a config",
         "notes": notes,
     }
 
 
+def comparable_group(flops_per_sample: float | None) -> str | None:
+    """The runs of one workload whose speed and price compare: the same FLOPs per training
+    sample (model and input size), to 3 significant digits as the page shows them; None
+    without a count (such a run is compared with none)."""
+    if not flops_per_sample:
+        return None
+    return f"{flops_per_sample / 1e9:.3g} GFLOP per sample"
+
+
+def config_state(recorded: str | None, current: str | None, known: bool) -> tuple[bool | None, str]:
+    """Whether a run is stale under the current config (its recorded config hash differs from
+    the one the config gives it now, or the config has no such run), and why; None where it
+    cannot be told: no recorded hash, or no config to check against (`known` False)."""
+    if recorded is None:
+        return None, "no config hash in provenance.json (published before accelpipe recorded it)"
+    if not known:
+        return None, f"config {recorded[:SHORT_HASH]}; not checked against a config"
+    if current is None:
+        return True, f"config {recorded[:SHORT_HASH]}: the current config has no such run"
+    if current != recorded:
+        return True, (
+            f"stale: made with config {recorded[:SHORT_HASH]}, the current config gives "
+            f"{current[:SHORT_HASH]} (its data, training or evaluation settings changed): "
+            "publishing it again re-runs what changed"
+        )
+    return False, f"config {recorded[:SHORT_HASH]}: the current config's"
+
+
+def check_configs(rows: list[dict[str, Any]], current: dict[str, str | None] | None) -> None:
+    """Set each row's `config_stale` and `config_note` against `current` (`<workload>/<run>`
+    -> its hash under the current config, stage_config.current_hashes; None: no config)."""
+    for row in rows:
+        key = f"{row['workload']}/{row['run']}"
+        known = current is not None and key in current
+        hash_now = current.get(key) if current is not None else None
+        row["config_stale"], row["config_note"] = config_state(row["config_hash"], hash_now, known)
+
+
 def mark_best(rows: list[dict[str, Any]]) -> None:
-    """Per workload, among its runs that have the number, mark the highest samples/s
-    (fastest), the highest quality metric (most accurate) and the lowest cost per 1,000
-    samples (cheapest); only where two or more runs have it (one run is no comparison), ties
-    share the mark, and a row without the number never has it. Never across workloads."""
+    """Among the runs compared, mark the highest quality metric (most accurate: the runs of
+    one workload), the highest samples/s (fastest) and the lowest cost per 1,000 samples
+    (cheapest: the runs of one workload and one `comparable_group`, a run without a group
+    compared with none); only where two or more runs have the number (one run is no
+    comparison), ties share the mark, and a row without the number never has it. Never
+    across workloads. `comparable_runs`: how many runs share the row's group."""
     for workload in {row["workload"] for row in rows}:
         mine = [row for row in rows if row["workload"] == workload]
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for row in mine:
+            if row.get("comparable_group") is not None:
+                groups.setdefault(row["comparable_group"], []).append(row)
+        for row in mine:
+            group = row.get("comparable_group")
+            row["comparable_runs"] = len(groups[group]) if group is not None else 0
         for mark, column, highest in MARKS:
-            values = [row[column] for row in mine if row[column] is not None]
-            best = (max if highest else min)(values) if len(values) > 1 else None
+            pools = list(groups.values()) if mark in SAME_MODEL_MARKS else [mine]
             for row in mine:
-                row[mark] = best is not None and row[column] == best
+                row[mark] = False
+            for pool in pools:
+                values = [row[column] for row in pool if row[column] is not None]
+                best = (max if highest else min)(values) if len(values) > 1 else None
+                for row in pool:
+                    row[mark] = best is not None and row[column] == best
 
 
-def build_rows(run_dirs: list[Path], per_hour: dict[str, float]) -> list[dict[str, Any]]:
-    """The rows of the runs, grouped by workload (each in the given order), marked."""
+def build_rows(
+    run_dirs: list[Path],
+    per_hour: dict[str, float],
+    current_hashes: dict[str, str | None] | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of the runs, grouped by workload (each in the given order), marked, each run's
+    config checked against `current_hashes` (`check_configs`)."""
     if not run_dirs:
         raise DataError("results/compare: no finished run (no results/<workload>/<run>/)")
     rows = [read_row(run_dir, per_hour) for run_dir in run_dirs]
+    check_configs(rows, current_hashes)
     first: dict[str, int] = {}
     for i, row in enumerate(rows):
         first.setdefault(row["workload"], i)

@@ -27,11 +27,15 @@ def _csv_value(value: Any) -> Any:
 
 
 def write_compare(
-    run_dirs: list[Path], per_hour: dict[str, float], out: Path
+    run_dirs: list[Path],
+    per_hour: dict[str, float],
+    out: Path,
+    current_hashes: dict[str, str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Write `out` (atomically) for the finished runs `run_dirs` at the config's
-    cost.per_hour; return the rows."""
-    rows = build_rows(run_dirs, per_hour)
+    cost.per_hour, each run's config checked against `current_hashes` (rows.check_configs);
+    return the rows."""
+    rows = build_rows(run_dirs, per_hour, current_hashes)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         csv_rows = ({k: _csv_value(v) for k, v in row.items()} for row in rows)

@@ -75,6 +75,7 @@ def run_facts(
     flops: dict[str, Any] | None = None,
     gemm: dict[str, Any] | None = None,
     power: dict[str, Any] | None = None,
+    host: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The facts both engines report of a finished training for the train stage.json: the
     resolved device (name, backend, precision, peak memory: a TorchDevice or TFDevice), whether
@@ -82,7 +83,8 @@ def run_facts(
     world size, global batch, the workload's own facts, and what the performance figures
     need from the device: the FLOPs of one counted train step (`flops`: accelpipe.flops's
     FlopCount fields, or a `reason` there is none) and the measured matmul ceiling (`gemm`);
-    and the train process's energy (`power`: `power_facts`)."""
+    and the train process's energy (`power`: `power_facts`), and the host's load over the
+    training loop (`host`: devices.host.HostWindow)."""
     return {
         "device": device.name,
         "backend": device.backend,
@@ -96,6 +98,7 @@ def run_facts(
         "flops": flops,
         "gemm": gemm,
         "power": power,
+        "host": host,
         **job_facts,
     }
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from accelpipe.devices import tf_device, tf_gemm
+from accelpipe.devices.host import HostWindow
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import (
@@ -150,7 +151,10 @@ def _run_training(
         with tf.device(device.device):
             gemm = tf_gemm.measure_gemm_tflops(device).as_dict()
         gemm["tf32_switches"] = tf_gemm.tf32_switches(device.backend)
+        host = HostWindow()  # other processes' CPU time over the training loop
+        host.start()
         trainer.fit()
+        host_facts = host.stop()
         if index != 0:
             # Every worker saves: reading sync-on-read variables (BN moving statistics) is a
             # collective the chief would wait on forever. Only the chief's file is kept.
@@ -177,6 +181,7 @@ def _run_training(
             flops=trainer.flops,
             gemm=gemm,
             power=energy,
+            host=host_facts,
         )
 
 

@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe import optim
 from accelpipe.devices import torch_device, torch_gemm
+from accelpipe.devices.host import HostWindow
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.torch_device import Device
 from accelpipe.engines import (
@@ -143,9 +144,12 @@ def run_training(
             # the ceiling the run's FLOP rate is set against: this device, this precision
             gemm = torch_gemm.measure_gemm_tflops(device).as_dict()
             gemm["tf32_switches"] = torch_gemm.tf32_switches(device.backend)
+            host = HostWindow()  # other processes' CPU time over the training loop
+            host.start()
             trainer.fit()
             if not ctx.is_main:
                 return None
+            host_facts = host.stop()
             weights = {"state_dict": trainer.model.state_dict(), **job.checkpoint}
             save_file(weights, work_dir / MODEL_FILE)
             energy = power_facts(
@@ -162,6 +166,7 @@ def run_training(
                 flops=trainer.flops,
                 gemm=gemm,
                 power=energy,
+                host=host_facts,
             )
     finally:
         ctx.destroy()

@@ -13,8 +13,12 @@ log = logging.getLogger("accelpipe")
 
 
 def run_compare(args: argparse.Namespace) -> None:
-    per_hour = load_slice(args.config_json)["cost"]["per_hour"]
-    rows = write_compare([Path(r) for r in args.runs], per_hour, Path(args.out))
+    cfg = load_slice(args.config_json)
+    runs = [Path(r) for r in args.runs]
+    rows = write_compare(runs, cfg["cost"]["per_hour"], Path(args.out), cfg.get("config_hashes"))
     for mark in ("fastest", "most_accurate"):
         marked = [f"{r['workload']}/{r['run']}" for r in rows if r[mark]]
         log.info("compare: %d runs; %s: %s", len(rows), mark, ", ".join(marked) or "none")
+    stale = [f"{r['workload']}/{r['run']}" for r in rows if r["config_stale"]]
+    if stale:
+        log.warning("compare: stale under the current config: %s", ", ".join(stale))

@@ -6,6 +6,10 @@ performance.json (its one definition, `performance`), the time to train and the 
 is complete when it is published (provenance.json) with both headline numbers; otherwise it is
 listed as incomplete with the reason (not published, published before performance.json, no
 metric, no measured step, a file that does not read).
+
+Each run shows the short hash of the config it was made with (provenance.json's
+`config_hash`) and is flagged stale where the current config (config.yaml here, or
+--configfile/--config as Snakemake merges them) gives it another hash or has no such run.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from accelpipe import registry
-from accelpipe.compare.rows import read_row
+from accelpipe import registry, stage_config
+from accelpipe.compare.rows import config_state, read_row
 from accelpipe.compare.runs import PERFORMANCE, PROVENANCE, is_finished, run_folders, run_of
 from accelpipe.errors import AccelpipeError
+from accelpipe.provenance import SHORT_HASH
+from accelpipe.stages.targets import DEFAULT_CONFIGFILE, load_config
 
 FIELDS = (
     "workload",
@@ -30,6 +36,9 @@ FIELDS = (
     "device",
     "backend",
     "precision",
+    "config_hash",
+    "config_stale",
+    "config_note",
 )
 
 
@@ -59,9 +68,34 @@ def _row(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def list_runs(results: Path) -> list[dict[str, Any]]:
-    """Every run folder under `results`, finished or not, in registry order, then by name."""
-    return [_row(run_dir) for run_dir in run_folders(results)]
+def list_runs(results: Path, current: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """Every run folder under `results`, finished or not, in registry order, then by name,
+    each published one's config checked against `current` (`<workload>/<run>` -> its hash
+    under the current config; None: not checked)."""
+    rows = [_row(run_dir) for run_dir in run_folders(results)]
+    for row in rows:
+        if row["config_note"] is None:  # not published, or a file that does not read
+            continue
+        key = f"{row['workload']}/{row['run']}"
+        known = current is not None and key in current
+        now = current.get(key) if current is not None else None
+        row["config_stale"], row["config_note"] = config_state(row["config_hash"], now, known)
+    return rows
+
+
+def current_hashes(
+    rows: list[dict[str, Any]], configfiles: list[str], overrides: list[str]
+) -> tuple[dict[str, str | None] | None, str | None]:
+    """Each listed run's config hash under the current config, or None and why not (no
+    config.yaml here and none named, or a config that does not load)."""
+    if not configfiles and not overrides and not Path(DEFAULT_CONFIGFILE).exists():
+        return None, f"no {DEFAULT_CONFIGFILE} here (--configfile names one)"
+    try:
+        config = load_config(configfiles, overrides)
+    except AccelpipeError as err:
+        return None, str(err)
+    runs = [(row["workload"], row["run"]) for row in rows]
+    return stage_config.current_hashes(config, runs), None
 
 
 def _number(value: float | None, form: str) -> str:
@@ -78,9 +112,25 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
-    """One line a run, then one line per reason a run is incomplete."""
-    header = ("workload", "run", "quality", "samples/s", "time to train", "device", "status")
+def _config(row: dict[str, Any]) -> str:
+    recorded = row["config_hash"]
+    text = recorded[:SHORT_HASH] if recorded else "-"
+    return f"{text} STALE" if row["config_stale"] else text
+
+
+def _table(rows: list[dict[str, Any]], unchecked: str | None = None) -> str:
+    """One line a run, then one line per reason a run is incomplete, per stale run, and why
+    staleness was not checked (`unchecked`)."""
+    header = (
+        "workload",
+        "run",
+        "quality",
+        "samples/s",
+        "time to train",
+        "device",
+        "config",
+        "status",
+    )
     cells = [
         (
             row["workload"],
@@ -89,6 +139,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             _number(row["samples_per_s"], ".1f"),
             _duration(row["time_to_train_s"]),
             row["device"] or "-",
+            _config(row),
             "complete" if row["complete"] else "INCOMPLETE",
         )
         for row in rows
@@ -100,18 +151,25 @@ def _table(rows: list[dict[str, Any]]) -> str:
     ]
     for row in rows:
         lines += [f"incomplete {row['workload']}/{row['run']}: {note}" for note in row["notes"]]
+    for row in rows:
+        if row["config_stale"]:
+            lines.append(f"stale {row['workload']}/{row['run']}: {row['config_note']}")
+    if unchecked:
+        lines.append(f"staleness not checked: {unchecked}")
     return "\n".join(lines)
 
 
 def run_runs(args: argparse.Namespace) -> None:
     results = Path(args.results)
-    rows = list_runs(results)
+    current, unchecked = current_hashes(list_runs(results), args.configfile, args.config)
+    rows = list_runs(results, current)
     if args.json:
-        print(json.dumps({"results": str(results), "runs": rows}, indent=2))
+        listing = {"results": str(results), "runs": rows, "staleness_not_checked": unchecked}
+        print(json.dumps(listing, indent=2))
     elif not rows:
         print(
             f"no runs in {results}/ (no {results}/<workload>/<run>/ folder): make one with "
             "e.g. `snakemake results/resnet50/fp32`; `accelpipe targets` lists them"
         )
     else:
-        print(_table(rows))
+        print(_table(rows, unchecked))

@@ -15,8 +15,10 @@ from typing import Any
 
 from accelpipe import engines, provenance, registry, workloads
 from accelpipe.config import load_slice
+from accelpipe.devices import host
 from accelpipe.errors import ConfigError
 from accelpipe.launch import torch_launch
+from accelpipe.runtime import with_eval_settings
 from accelpipe.settings import TrainSettings, common_train
 
 
@@ -89,10 +91,12 @@ def _resume_state_only(work_dir: Path, checkpoints: tuple[str, ...]) -> Iterator
 def run_train(args: argparse.Namespace) -> None:
     """Train here, or launch the workers; in the workers rank 0 finishes the stage
     (stage.json, renaming the work dir onto --out)."""
+    host.mark_job_root()  # the workers' host window counts this process tree as the job's
     started = torch_launch.stage_started()
     spec = engines.for_workload(args.workload)
     engine = importlib.import_module(spec.module)
-    cfg = load_slice(args.config_json)
+    # the evaluate settings outside train's key (batch size, ...) come with the job's environment
+    cfg = with_eval_settings(load_slice(args.config_json), args.workload)
     train_cfg = common_train(cfg["train"])
     out = Path(args.out)
     work_dir = resume_dir(out, args)
