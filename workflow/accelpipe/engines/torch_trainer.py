@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import pickle
 import random
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -56,6 +58,7 @@ from accelpipe.engines.train_log import (
     open_log,
     truncate_log,
 )
+from accelpipe.errors import DataError
 from accelpipe.io import disk_full_names, write_text
 from accelpipe.launch import torch_launch
 from accelpipe.launch.torch_launch import DistContext
@@ -185,6 +188,38 @@ def save_file(obj: Any, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def load_file(path: Path, map_location: str | torch.device) -> dict[str, Any]:
+    """What `save_file` wrote: a model.pt or checkpoint.pt, loaded with weights_only=True.
+
+    Both hold only tensors, dicts, lists, tuples, numbers, strings and None (a test walks a
+    real one), which torch's weights-only unpickler allows without any allow-list. A file
+    needing anything more (a class, a function: what a planted file runs code with) is
+    refused as one DataError naming it, before any of it is built."""
+    try:
+        loaded = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise DataError(
+            f"{path}: refused to load: it needs {_refused_part(err)}, which no file accelpipe "
+            "writes holds (only tensors, numbers, strings, lists and dicts); it was made or "
+            "changed by something else: delete it (and retrain) unless you know where it came from"
+        ) from None
+    except (EOFError, RuntimeError) as err:
+        if isinstance(err, RuntimeError) and "PytorchStreamReader" not in str(err):
+            raise
+        reason = str(err).split(". ")[0] or "it ends too early"
+        raise DataError(f"{path} is not a whole torch file ({reason}); delete it") from None
+    if not isinstance(loaded, dict):
+        raise DataError(f"{path} holds a {type(loaded).__name__}, not the dict accelpipe saves")
+    return loaded
+
+
+def _refused_part(err: pickle.UnpicklingError) -> str:
+    """What torch's weights-only unpickler refused (`posix.system`), from its long message,
+    which words it differently from release to release."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(err))
+    return f"`{found.group(1)}`" if found else "more than plain data"
+
+
 def load_for_eval(
     model_dir: Path,
     cfg: dict[str, Any],
@@ -195,7 +230,7 @@ def load_for_eval(
 
     `build(checkpoint)` makes the architecture from what the workload saved beside the weights.
     """
-    checkpoint = torch.load(model_dir / MODEL_FILE, map_location="cpu", weights_only=False)
+    checkpoint = load_file(model_dir / MODEL_FILE, "cpu")
     train = cfg["train"]  # the precision it trained in; channels_last where the workload has it
     device = torch_device.resolve(
         cfg["backend"],
@@ -318,7 +353,7 @@ class Trainer:
                 truncate_log(self.work_dir, 0)
             self.in_training.resume(0, 0.0, self._rank0s)
             return False
-        state = torch.load(path, map_location=self.device.torch_device, weights_only=False)
+        state = load_file(path, self.device.torch_device)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
