@@ -35,6 +35,7 @@ LAYERS = {
     "keras2": BASE,
     "registry": BASE,
     "leases": BASE,
+    "redact": BASE,  # credentials out of URLs in logs, messages and provenance
     "locks": BASE,  # lock files another user cannot turn against their owner
     "xspace": BASE,
     "provenance": BASE,

@@ -50,3 +50,14 @@ def test_state_handed_in_by_the_workflow_wins(
     assert provenance.checkout_state() == handed
     monkeypatch.delenv(provenance.GIT_STATE_ENV)
     assert provenance.checkout_state()["commit"] == _git(checkout, "rev-parse", "HEAD")
+
+
+def test_provenance_json_carries_no_credential_of_a_dataset_url(tmp_path: Path) -> None:
+    stage = tmp_path / "train"
+    provenance.write_stage(stage, "train", 0.0)
+    url = "https://alice:pa55word@host/Task01.tar?X-Amz-Signature=5ecre75ig&X-Amz-Date=1"
+    config = {"datasets": {"brats": {"source": "msd", "msd": {"url": url}}}}
+    record = provenance.build({"train": stage}, config)
+    shown = record["config"]["datasets"]["brats"]["msd"]["url"]
+    assert shown == "https://***@host/Task01.tar?X-Amz-Signature=***&X-Amz-Date=1"
+    assert "pa55word" not in json.dumps(record) and "5ecre75ig" not in json.dumps(record)

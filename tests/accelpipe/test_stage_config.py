@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import stage_config
+from accelpipe import datasets, registry, stage_config
 from accelpipe.config import EVAL_OUTSIDE_TRAIN_KEY, slice_schema, validate, validate_slice
 from accelpipe.errors import ConfigError
 
@@ -179,6 +179,18 @@ def _every_slice(config: dict):
     yield "compare", {}, {"cost": config["cost"]}
 
 
+def _drop_unused_sources(stage: str, filled: dict) -> None:
+    """A raw or publish slice holds only its dataset's active source; checking it fills in the
+    others' defaults, which nothing reads."""
+    if stage == "raw":
+        active = stage_config.active_source(filled)
+        filled.clear()
+        filled.update(active)
+    if stage == "publish":
+        for name, block in filled["datasets"].items():
+            filled["datasets"][name] = stage_config.active_source(block)
+
+
 @pytest.mark.parametrize("which", ["defaults", "config.yaml", ".test/config.yaml"])
 def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
     """Each slice stage_config builds passes its stage's schema with nothing to fill in but
@@ -189,6 +201,7 @@ def test_every_slice_the_rules_pass_is_valid_and_complete(which: str) -> None:
     for stage, names, value in _every_slice(config):
         node = slice_schema(stage, **names)
         filled = validate_slice(value, node, stage)
+        _drop_unused_sources(stage, filled)
         for key in EVAL_OUTSIDE_TRAIN_KEY if stage == "train" else ():
             filled.get("evaluate", {}).pop(key, None)
         assert filled == value, (stage, names)
@@ -279,3 +292,46 @@ def test_current_hashes_name_a_run_the_config_cannot_make_none() -> None:
         "resnet50/fp32": stage_config.run_config_hash(config, "resnet50", "fp32"),
         "resnet50/tiny": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("source", "kept"),
+    [
+        ("synthetic", {"synthetic"}),
+        ("msd", {"msd"}),
+        ("path:/data/Task01_BrainTumour", set()),
+    ],
+)
+def test_raw_and_publish_slices_hold_only_the_active_source(source: str, kept: set) -> None:
+    """Editing the URL of a source that is not used must not re-run the raw job (and with it
+    everything after it): the slices are Snakemake's rerun trigger."""
+    config = validate({"datasets": {"brats": {"source": source}}})
+    raw = stage_config.raw(config, "brats")
+    assert raw == {"source": source} | {k: config["datasets"]["brats"][k] for k in kept}
+    assert stage_config.publish(config, "unet2d", "fold0")["datasets"] == {"brats": raw}
+    other = validate(
+        {"datasets": {"brats": {"source": source, "msd": {"url": "https://mirror/x.tar"}}}}
+    )
+    assert (stage_config.raw(other, "brats") == raw) is (source != "msd")
+
+
+def test_the_publish_slice_shows_a_dataset_url_without_its_credentials() -> None:
+    url = "https://alice:pa55word@host/Task01.tar?X-Amz-Signature=5ecre75ig"
+    config = validate({"datasets": {"brats": {"source": "msd", "msd": {"url": url}}}})
+    assert stage_config.raw(config, "brats")["msd"]["url"] == url  # the raw job fetches it
+    published = stage_config.publish(config, "unet2d", "fold0")["datasets"]["brats"]["msd"]
+    assert published["url"] == "https://***@host/Task01.tar?X-Amz-Signature=***"
+
+
+def test_every_datasets_official_settings_block_is_the_one_its_source_reads() -> None:
+    """active_source finds a dataset's official settings as the one block beside `source` and
+    `synthetic`: the block its RawSources hands the official source."""
+    for name in registry.DATASETS:
+        sources = datasets.get(name).SOURCES
+        config = validate({"datasets": {name: {"source": sources.official}}})
+        block = config["datasets"][name]
+        assert set(block) == {"source", "synthetic", sources.settings}
+        assert stage_config.active_source(block) == {
+            "source": sources.official,
+            sources.settings: block[sources.settings],
+        }

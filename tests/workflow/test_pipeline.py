@@ -135,6 +135,13 @@ def test_changed_evaluation_batch_size_reruns_evaluate_not_train(project: Projec
     assert set(jobs) == {"evaluate", "publish_run"}
 
 
+def test_changed_url_of_a_source_not_used_reruns_nothing(project: Project) -> None:
+    """brats comes from `synthetic`: its msd block (the download's URL) is no job's key."""
+    msd = {"url": "https://mirror.example.org/Task01_BrainTumour.tar", "md5": "0" * 32}
+    brats = "datasets=" + json.dumps({"brats": {"msd": msd}})
+    assert project.planned_jobs("results/unet2d/fold0", "--config", brats) == {}
+
+
 def test_changed_prepare_setting_reruns_from_prepare(project: Project) -> None:
     jobs = project.planned_jobs(
         "results/unet2d/fold0", "--config", 'unet2d={"prepare":{"fold_seed":7}}'

@@ -22,6 +22,7 @@ from accelpipe import containers, images, leases, stages
 from accelpipe.config import load_slice, slice_schema, validate_slice
 from accelpipe.errors import AccelpipeError
 from accelpipe.io import no_space_error
+from accelpipe.redact import RedactingFilter
 from accelpipe.runtime import lease_wait_s, read_runtime
 from accelpipe.stages import examples
 
@@ -247,6 +248,8 @@ def setup_logging(log_file: str | None, capture_stderr: bool = False) -> None:
     if log_file:
         handlers.append(logging.FileHandler(log_file, mode=file_mode))
         console.setLevel(logging.ERROR)
+    for handler in handlers:  # a URL's credentials never reach a log or the console
+        handler.addFilter(RedactingFilter())
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

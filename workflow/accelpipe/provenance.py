@@ -16,6 +16,7 @@ from typing import Any
 
 import accelpipe
 from accelpipe.io import read_json, write_json
+from accelpipe.redact import redact_data
 
 STAGE_FILE = "stage.json"
 # The checkout's git state as JSON, read by the workflow where the checkout is and handed to
@@ -107,8 +108,8 @@ def system(preflight: Path | None) -> dict[str, Any] | None:
 def build(
     stage_dirs: dict[str, Path], config_slice: dict[str, Any], preflight: Path | None = None
 ) -> dict[str, Any]:
-    """provenance.json: code version, config, packages, device, the system the preflight saw
-    and per-stage timings."""
+    """provenance.json: code version, config (credentials in its URLs redacted), packages,
+    device, the system the preflight saw and per-stage timings."""
     stages = {name: read_json(d / STAGE_FILE) for name, d in stage_dirs.items()}
     train = stages.get("train", {})
     return {
@@ -117,7 +118,7 @@ def build(
         "accelpipe": accelpipe.__version__,
         # the hash of the run's config (config_hash), which the publish slice carries
         "config_hash": config_slice.get("config_hash"),
-        "config": config_slice,
+        "config": redact_data(config_slice),  # a result folder is passed around
         "backend": train.get("backend"),
         "device": train.get("device"),
         "precision": train.get("precision"),

@@ -21,12 +21,26 @@ from accelpipe.config import (
     run_train,
 )
 from accelpipe.errors import AccelpipeError
+from accelpipe.redact import redact_data
 
 
 def raw(config: dict[str, Any], dataset: str) -> dict[str, Any]:
     targets.check_dataset(dataset)
-    block: dict[str, Any] = config["datasets"][dataset]
-    return block
+    return active_source(config["datasets"][dataset])
+
+
+def active_source(block: dict[str, Any]) -> dict[str, Any]:
+    """A dataset block with only the source it uses: `source` and that source's settings
+    block (none for `path:`), so editing a source that is not used re-runs nothing. A block
+    holds `source`, `synthetic` and one block of its official source's settings."""
+    source = block["source"]
+    if source.startswith("path:"):
+        return {"source": source}
+    if source == "synthetic":
+        name = "synthetic"
+    else:
+        (name,) = (key for key in block if key not in ("source", "synthetic"))
+    return {"source": source, name: block[name]}
 
 
 def prepare(config: dict[str, Any], dataset: str, variant: str) -> dict[str, Any]:
@@ -96,7 +110,8 @@ def publish(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     return {
         "backend": config["backend"],
         "runtime": config["runtime"],
-        "datasets": {dataset: config["datasets"][dataset]},
+        # provenance.json shows it: credentials in a URL stay out (publish never fetches)
+        "datasets": {dataset: redact_data(active_source(config["datasets"][dataset]))},
         "performance": config["performance"],  # performance.json's warm-up steps
         # The published figures performance.json compares with: a changed one re-runs publish.
         "reference_figures": performance.figures_for(workload),
