@@ -15,6 +15,7 @@ from accelpipe.codegraph import code_key, stage_code
 from accelpipe.compare.runs import finished_runs, run_files, run_of
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
+from accelpipe.datasets.download import DOWNLOADS_ENV
 from accelpipe.errors import AccelpipeError, ConfigError
 from accelpipe.runtime import EVAL_SETTINGS_ENV, RUNTIME_ENV
 from accelpipe.stages import entry_modules
@@ -133,6 +134,10 @@ os.environ[f"APPTAINERENV_{RUNTIME_ENV}"] = os.environ[RUNTIME_ENV]
 # trigger: the train jobs evaluating inside training read them from here (docs/stages.md).
 os.environ[EVAL_SETTINGS_ENV] = json.dumps(stage_config.eval_settings(config))
 os.environ[f"APPTAINERENV_{EVAL_SETTINGS_ENV}"] = os.environ[EVAL_SETTINGS_ENV]
+# How downloads are watched (rate floor, progress lines, lock wait) cannot change what a raw
+# job makes either: the raw jobs read it from here, not from their params.
+os.environ[DOWNLOADS_ENV] = json.dumps(config["downloads"])
+os.environ[f"APPTAINERENV_{DOWNLOADS_ENV}"] = os.environ[DOWNLOADS_ENV]
 
 
 # The preflight of each framework's image: `accelpipe doctor` once per backend and image

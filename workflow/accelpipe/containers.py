@@ -43,6 +43,7 @@ ENV_WHITELIST = (
     "PT_HPU_LAZY_MODE",
     "LOG_LEVEL_ALL",
     "ACCELPIPE_LOCK_DIR",
+    "ACCELPIPE_DOWNLOADS",  # datasets.download.DOWNLOADS_ENV: the config's downloads block
 )
 LABEL = "io.accelpipe.stage"
 

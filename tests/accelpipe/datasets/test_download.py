@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import json
+import logging
+import os
+import re
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from accelpipe.datasets.download import download, file_digest, md5sum, part_path
-from accelpipe.errors import DataError
-from tests.helpers.http_server import Faults, FileServer
+from accelpipe.datasets.download import (
+    DOWNLOADS_ENV,
+    DownloadWatch,
+    download,
+    exclusive,
+    file_digest,
+    md5sum,
+    part_path,
+)
+from accelpipe.errors import AccelpipeError, DataError
+from tests.helpers.http_server import Faults, FileServer, Handler
+from tests.helpers.overlap import await_state, gated_route, start_python
 
 SIZE = 300_000
 CUT = 100_000
@@ -211,3 +227,215 @@ def test_md5_and_sha1_together_are_refused(server: FileServer, tmp_path: Path) -
 def test_invalid_url_fails_at_once(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"^localhost/data\.bin: invalid URL"):
         download("localhost/data.bin", tmp_path / "x", backoff_s=60.0, progress=False)
+
+
+# ------------------------------------------------------------- credentials (issue 30, item 4)
+
+SECRET_QUERY = "X-Amz-Credential=AKIASECRETID&X-Amz-Signature=5ecre75ig&token=T0KEN"
+
+
+def _signed(server: FileServer, path: str) -> str:
+    """The server's URL for `path` with a user:password and a signed query string (the
+    server ignores both)."""
+    return server.url(path).replace("http://", "http://alice:pa55word@") + "?" + SECRET_QUERY
+
+
+def _secrets_in(text: str) -> list[str]:
+    return [s for s in ("pa55word", "AKIASECRETID", "5ecre75ig", "T0KEN") if s in text]
+
+
+def test_credentials_stay_out_of_messages_and_logs(
+    server: FileServer, payload: bytes, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="accelpipe")
+    download(_signed(server, "data.bin"), tmp_path / "ok.bin", md5=_md5(payload))  # logs it
+    server.faults = Faults(error_status=503, error_first=3)  # the next two requests
+    with pytest.raises(DataError) as failed:  # retried, then failed: a warning and an error
+        download(_signed(server, "data.bin"), tmp_path / "x.bin", retries=1, backoff_s=0.0)
+    with pytest.raises(DataError) as missing:
+        download(_signed(server, "missing.bin"), tmp_path / "y.bin", backoff_s=0.0)
+    with pytest.raises(DataError) as wrong:
+        download(_signed(server, "data.bin"), tmp_path / "z.bin", md5="0" * 32, backoff_s=0.0)
+    messages = [str(e.value) for e in (failed, missing, wrong)]
+    assert "http://***@127.0.0.1" in caplog.text and "X-Amz-Signature=***" in caplog.text
+    assert all("X-Amz-Signature=***" in m for m in messages), messages
+    assert _secrets_in(caplog.text + "\n".join(messages)) == []
+
+
+def test_an_unreachable_host_is_named_without_its_credentials(tmp_path: Path) -> None:
+    with FileServer(tmp_path) as server:  # a port that then has no server
+        url = _signed(server, "data.bin")
+    with pytest.raises(DataError, match="download failed after 1 attempts") as err:
+        download(url, tmp_path / "x.bin", retries=0, progress=False)
+    assert "ConnectionError" in str(err.value)
+    assert _secrets_in(str(err.value)) == []
+
+
+# ------------------------------------------------- a trickling server (issue 30, item 7)
+
+
+def _trickle_route(stop: threading.Event, length: int) -> Callable[[Handler], None]:
+    """Announce `length` bytes and send one now and then (20 ms apart) until `stop` or the
+    client hangs up: never silent long enough for a read timeout."""
+
+    def route(handler: Handler) -> None:
+        handler.record.status = 200
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(length))
+        handler.end_headers()
+        for _ in range(length):
+            if stop.wait(0.02):
+                return
+            try:
+                handler.wfile.write(b"x")
+                handler.wfile.flush()
+            except OSError:
+                return  # the client gave up
+
+    return route
+
+
+def test_a_trickling_server_fails_naming_the_url_and_keeps_the_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the config's downloads block, as the workflow hands it to the raw jobs
+    settings = {"min_rate_bytes_s": 1_000_000, "stall_window_s": 0.3, "progress_every_s": 30}
+    monkeypatch.setenv(DOWNLOADS_ENV, json.dumps(settings))
+    stop = threading.Event()
+    dest = tmp_path / "slow.bin"
+    with FileServer(tmp_path) as server:
+        server.routes["/slow.bin"] = _trickle_route(stop, length=200)
+        url = server.url("slow.bin") + "?sig=5ecre75ig"
+        try:
+            with pytest.raises(DataError) as err:
+                download(url, dest, retries=3, backoff_s=0.0, progress=False)
+        finally:
+            stop.set()
+    message = str(err.value)
+    assert message.startswith(f"{server.url('slow.bin')}?sig=***: download stalled: ")
+    assert "downloads.min_rate_bytes_s" in message and "5ecre75ig" not in message
+    assert f"{part_path(dest)} kept" in message
+    assert part_path(dest).stat().st_size > 0 and not dest.exists()
+    assert len(server.log) == 1  # a stall is not retried
+
+
+def test_progress_lines_name_bytes_percent_and_rate(
+    server: FileServer, payload: bytes, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="accelpipe")
+    watch = DownloadWatch(
+        min_rate_bytes_s=0, stall_window_s=60, progress_every_s=1e-9, lock_wait_s=0
+    )
+    _get(server, tmp_path / "data.bin", md5=_md5(payload), watch=watch)
+    lines = re.findall(r"data\.bin: .* of 293\.0 KiB \(\d+%\) at .*/s", caplog.text)
+    assert lines, caplog.text
+
+
+# ------------------------------------------ two processes, one download (issue 30, item 6)
+
+# A process that downloads as a raw job would, logging to stderr.
+DOWNLOADER = """
+import logging, sys
+from accelpipe.datasets.download import download
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+download(sys.argv[1], sys.argv[2], md5=sys.argv[3], progress=False)
+"""
+
+
+def test_two_processes_one_download_the_second_waits_and_reuses(
+    tmp_path: Path, payload: bytes
+) -> None:
+    gate = threading.Event()
+    dest = tmp_path / "shared" / "data.bin"
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    with FileServer(tmp_path) as server:
+        server.routes["/data.bin"] = gated_route(payload, gate)
+        args = (server.url("data.bin"), str(dest), _md5(payload))
+        try:
+            first = start_python(["-c", DOWNLOADER, *args], log=logs[0])
+            await_state(lambda: len(server.log) == 1, first)  # the first is mid-transfer
+            second = start_python(["-c", DOWNLOADER, *args], log=logs[1])
+            # The second waits on the first (without the lock it would send a request too).
+            await_state(lambda: "waiting for" in logs[1].read_text() or len(server.log) > 1, second)
+            assert len(server.log) == 1, "the second process downloaded at the same time"
+        finally:
+            gate.set()
+        assert first.wait() == 0, logs[0].read_text()
+        assert second.wait() == 0, logs[1].read_text()
+    assert len(server.log) == 1  # one download: the second reused the first's file
+    assert md5sum(dest) == _md5(payload)
+    assert f"pid={first.pid}" in logs[1].read_text()  # the wait names its holder
+    assert not part_path(dest).exists()
+
+
+def test_the_checksum_is_of_the_file_on_disk(tmp_path: Path, payload: bytes) -> None:
+    """Another writer spoils the .part while the bytes stream in: the bytes streamed match
+    the md5, the file does not, and the download must say so."""
+    dest = tmp_path / "data.bin"
+    half = len(payload) // 2
+
+    def spoiling_route(handler: Handler) -> None:
+        handler.record.status = 200
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload[:half])
+        handler.wfile.flush()
+        part = part_path(dest)
+        while not part.exists() or part.stat().st_size < 1000:  # the bytes spoiled below
+            time.sleep(0.01)
+        with part.open("r+b") as fh:  # a second writer, as two jobs in one folder were
+            fh.write(b"\0" * 1000)
+        handler.wfile.write(payload[half:])
+
+    with FileServer(tmp_path) as server:
+        server.routes["/data.bin"] = spoiling_route
+        with pytest.raises(DataError, match=r"data\.bin: md5 mismatch for download from"):
+            _get(server, dest, md5=_md5(payload))
+    assert not dest.exists() and not part_path(dest).exists()
+
+
+def test_a_planted_link_as_the_lock_file_is_refused(
+    server: FileServer, payload: bytes, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    dest = tmp_path / "data.bin"
+    dest.with_name("data.bin.lock").symlink_to(victim)
+    with pytest.raises(AccelpipeError, match=r"data\.bin\.lock is a symbolic link"):
+        _get(server, dest, md5=_md5(payload))
+    assert victim.read_text() == "precious" and server.log == []
+
+
+def test_the_lock_file_is_private_and_lives_only_while_held(tmp_path: Path) -> None:
+    dest = tmp_path / "data.bin"
+    lock = tmp_path / "data.bin.lock"
+    with exclusive(dest, wait_s=0, job="test"):
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+        assert f"pid={os.getpid()} " in lock.read_text()
+    assert not lock.exists()  # no lock file left per downloaded file
+
+
+def test_a_held_lock_fails_after_the_wait_naming_its_holder(tmp_path: Path) -> None:
+    dest = tmp_path / "data.bin"
+    holder = start_python(["-c", HOLDER, str(dest)], log=tmp_path / "holder.log")
+    try:
+        await_state(lambda: "held" in (tmp_path / "holder.log").read_text(), holder)
+        with pytest.raises(DataError) as err, exclusive(dest, wait_s=0, job="test"):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert str(err.value).startswith(f"{dest}: still being made by another process (pid=")
+    assert f"pid={holder.pid} " in str(err.value) and "downloads.lock_wait_s" in str(err.value)
+
+
+# A process that holds the lock of a download until it is killed.
+HOLDER = """
+import sys, time
+from pathlib import Path
+from accelpipe.datasets.download import exclusive
+with exclusive(Path(sys.argv[1]), wait_s=0, job="holder"):
+    print("held", file=sys.stderr, flush=True)
+    time.sleep(3600)
+"""

@@ -13,7 +13,9 @@ so `download` resumes it with a Range request) and, once the zip is extracted an
 `series/<uid>/*.dcm`. That folder is renamed into place complete, so its existence is the
 completion mark: a rerun skips the series without a request, and the zip is then deleted. The
 raw tree gets hard links to those files (copies across file systems), so it takes no extra
-space and stays valid if the downloads folder is removed.
+space and stays valid if the downloads folder is removed. Two processes sharing the folder
+fetch a series one at a time (`series/<uid>.lock`): the second finds it made. URLs in
+messages are redacted (accelpipe.redact).
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from urllib.parse import urlencode
 
 from accelpipe.datasets import dicom
 from accelpipe.datasets.archives import ArchiveLimits, safe_extract
-from accelpipe.datasets.download import download
+from accelpipe.datasets.download import configured_watch, download, exclusive
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path
+from accelpipe.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +61,13 @@ def list_series(url: str, collection: str, modality: str, scratch: Path) -> list
     try:
         series = json.loads(body) if body.strip() else []  # NBIA answers nothing for no match
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(f"{endpoint}: answer is not JSON ({err})") from None
+        raise DataError(f"{redact(endpoint)}: answer is not JSON ({err})") from None
     if not isinstance(series, list) or not all(
         isinstance(s, dict) and s.get("SeriesInstanceUID") and s.get("PatientID") for s in series
     ):
         raise DataError(
-            f"{endpoint}: expected a JSON list of series with SeriesInstanceUID and PatientID"
+            f"{redact(endpoint)}: expected a JSON list of series with SeriesInstanceUID and "
+            "PatientID"
         )
     return series
 
@@ -77,16 +81,20 @@ def _check_uid(uid: str, where: str) -> str:
 
 def fetch_series(url: str, uid: str, downloads: Path, limits: ArchiveLimits) -> Path:
     """`<downloads>/series/<uid>/`, the series' DICOM files; downloaded and extracted if absent."""
-    _check_uid(uid, url)
+    _check_uid(uid, redact(url))
     done = downloads / "series" / uid
     archive = downloads / f"{uid}.zip"
-    if done.is_dir():  # renamed into place only when complete
-        archive.unlink(missing_ok=True)  # left by a run killed between rename and unlink
-        return done
-    endpoint = _endpoint(url, "getImage", SeriesInstanceUID=uid)
-    _fetch(endpoint, archive, progress=True)
-    _install(archive, done, endpoint, limits)
-    archive.unlink()  # its files now live in `done`
+    done.parent.mkdir(parents=True, exist_ok=True)
+    # One process at a time per series: another one sharing the downloads folder waits,
+    # then finds `done` made (and its zip gone) instead of downloading it again.
+    with exclusive(done, wait_s=configured_watch().lock_wait_s, job=f"series:{uid}"):
+        if done.is_dir():  # renamed into place only when complete
+            archive.unlink(missing_ok=True)  # left by a run killed between rename and unlink
+            return done
+        endpoint = _endpoint(url, "getImage", SeriesInstanceUID=uid)
+        _fetch(endpoint, archive, progress=True)
+        _install(archive, done, redact(endpoint), limits)
+        archive.unlink()  # its files now live in `done`
     return done
 
 
@@ -152,7 +160,7 @@ def fetch_collection(
     """
     segs = _choose(list_series(url, collection, "SEG", downloads), download_len)
     if not segs:
-        raise DataError(f"{url}: no SEG series in collection {collection!r}")
+        raise DataError(f"{redact(url)}: no SEG series in collection {collection!r}")
     linked: set[str] = set()
     patients = sorted({str(s["PatientID"]) for s in segs})
     for n, item in enumerate(segs, 1):

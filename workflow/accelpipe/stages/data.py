@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from pathlib import Path
 
 from accelpipe import datasets, provenance
 from accelpipe.config import load_slice
-from accelpipe.datasets.sources import make_raw
+from accelpipe.datasets.sources import MADE_FROM, config_key, made_from, make_raw, raw_lock
 from accelpipe.io import atomic_path
+
+log = logging.getLogger(__name__)
 
 
 def run_raw(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     module = datasets.get(args.dataset)
-    with atomic_path(args.out) as tmp:
-        facts = make_raw(module.SOURCES, load_slice(args.config_json), tmp, args.downloads)
-        provenance.write_stage(tmp, "raw", started, dataset=args.dataset, **facts)
+    cfg, out = load_slice(args.config_json), Path(args.out)
+    with raw_lock(args.dataset, Path(args.downloads)):
+        if made_from(out, cfg):  # by another workflow sharing data_root, while this one waited
+            log.info("%s: made meanwhile by another run from the same config; kept", out)
+            return
+        with atomic_path(out) as tmp:
+            facts = make_raw(module.SOURCES, cfg, tmp, args.downloads)
+            facts[MADE_FROM] = config_key(cfg)
+            provenance.write_stage(tmp, "raw", started, dataset=args.dataset, **facts)
 
 
 def run_prepare(args: argparse.Namespace) -> None:
