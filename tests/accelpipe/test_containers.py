@@ -184,5 +184,6 @@ def test_a_held_build_lock_times_out_naming_the_builder(tmp_path: Path) -> None:
     message = str(err.value)
     assert f"by pid={builder.pid} host={socket.gethostname()} job=train:resnet50/default" in message
     assert "image-cpu-pytorch-abc123.lock" in message and "\n" not in message
+    assert "raise accelerators.wait_s" in message
     assert engine.asked == []
     assert containers.build_once(SPEC, REF, engine, lock_dir, wait_s=0) == REF  # free again

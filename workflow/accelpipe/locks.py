@@ -235,9 +235,11 @@ def held(
     job: str,
     poll_s: float = 1.0,
     on_wait: Callable[[str], None] | None = None,
+    setting: str = "accelerators.wait_s",
 ) -> Iterator[None]:
     """Hold the lock file `name` of `directory` for the `with` block, waiting at most `wait_s`
-    seconds (None: as long as it takes) for another holder; `on_wait(holder)` before a pause."""
+    seconds (None: as long as it takes) for another holder; `on_wait(holder)` before a pause.
+    `setting` is the config key of `wait_s`, for the error."""
     deadline = deadline_after(wait_s)
     dir_fd = open_dir(directory)
     path = directory / name
@@ -245,8 +247,8 @@ def held(
         while (fd := try_lock(dir_fd, path)) is None:
             if passed(deadline):
                 raise LockTimeoutError(
-                    f"{path} stayed locked for {wait_s:g} s by {holder(dir_fd, path)}; wait "
-                    "for it to finish, stop it, or raise accelerators.wait_s"
+                    f"{path} stayed locked for {wait_s:g} s ({setting}) by "
+                    f"{holder(dir_fd, path)}; wait for it to finish, stop it, or raise {setting}"
                 )
             if on_wait is not None:
                 on_wait(holder(dir_fd, path))
