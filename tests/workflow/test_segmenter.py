@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 RUNS = ("results/segmenter/bf16", "results/segmenter/fp32")
 GRID = "results/segmenter/grid"
-GRID_RUNS = ("decoder-linear", "decoder-mask")
+GRID_RUNS = ("decoder-linear_lr-0p01", "decoder-mask_lr-0p01")
 
 
 @pytest.fixture(scope="module")
@@ -91,13 +91,15 @@ def test_grid_ranks_every_grid_run_with_its_own_numbers(project: Project) -> Non
     with (project.root / GRID / "grid.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert sorted(r["run"] for r in rows) == sorted(GRID_RUNS)
-    assert [int(r["rank"]) for r in rows] == [1, 2]
     values = [float(r["mIoU"]) for r in rows]
     assert values == sorted(values, reverse=True)
+    # equal mIoU: one rank, marked tied
+    expected = [(1, "1"), (1, "1")] if values[0] == values[1] else [(1, "0"), (2, "0")]
+    assert [(int(r["rank"]), r["tied"]) for r in rows] == expected
     for row in rows:
         run = project.root / "results/segmenter" / row["run"]
         assert float(row["mIoU"]) == json.loads((run / "metrics.json").read_text())["mIoU"]
-        assert row["model.decoder"] == row["run"].removeprefix("decoder-")
+        assert row["run"] == f"decoder-{row['model.decoder']}_lr-0p01"
         stage = json.loads(
             (project.root / f"work/segmenter/{row['run']}/train/stage.json").read_text()
         )
