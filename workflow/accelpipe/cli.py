@@ -367,11 +367,31 @@ def _run(
     )
 
 
+def _before_log(args: argparse.Namespace) -> str | None:
+    """The stage's `before_log(args)` where it has one (train keeps the log of an interrupted
+    attempt), run before setup_logging empties the log; what it did, to log."""
+    if not getattr(args, "log", None) or args.stage not in stages.MODULES:
+        return None
+    hook = getattr(importlib.import_module(stages.MODULES[args.stage]), "before_log", None)
+    if hook is None:
+        return None
+    checked = argparse.Namespace(**vars(args))
+    try:
+        check_config_json(checked)  # the stage's slice as it will read it
+    except AccelpipeError:
+        return None  # reported once the log is open
+    result: str | None = hook(checked)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     capture_stderr = argv is None  # the console command, not a test calling main()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    kept = _before_log(args)
     setup_logging(args.log, capture_stderr)
+    if kept:
+        log.info("%s", kept)
     try:
         check_config_json(args)
         return run_stage(args, argv)

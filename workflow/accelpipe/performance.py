@@ -11,8 +11,12 @@ and the compare page (docs/benchmarks.md, "Performance figures"):
   from the end of the previous logged step of its epoch (or the epoch's start), so data
   wait, logging and any unlogged steps between are in it (train_log.csv's `samples` and
   `wall_ms`).
-- stage throughput: every sample this train process trained over its wall time (start-up,
-  warm-up, profiled steps, evaluation and checkpoints included).
+- stage throughput: the run's samples (every step of the trained model) over the train
+  stage's wall time, every attempt of a resumed run together (start-up, warm-up, profiled
+  steps, evaluation, checkpoints and the steps a killed attempt did for nothing included).
+- time to train: the train stage's wall time over every attempt (stage.json's `attempts`,
+  each listed in performance.json), so never below the time to target, which counts each
+  attempt up to its last checkpoint.
 - per-step distribution: median, p10 and p90 of single logged steps' rates and times. A
   spread, never a throughput: the median of per-step rates overstates a run whose slow steps
   are few but long.
@@ -59,8 +63,13 @@ DEFINITIONS = {
         "each attempt that the profiler left alone), data wait and logging included"
     ),
     "stage_throughput": (
-        "every sample the train process trained over its wall time (start-up, warm-up, "
-        "profiled steps, evaluation and checkpoints included)"
+        "the run's samples (its steps x the global batch) over the train stage's wall time, "
+        "every attempt of a resumed run together (start-up, warm-up, profiled steps, "
+        "evaluation, checkpoints and steps redone after a kill included)"
+    ),
+    "time_to_train_s": (
+        "the train stage's wall time, from its start (the launch) to its output, summed over "
+        "every attempt of a killed and resumed run (`attempts`: each one's seconds)"
     ),
     "per_step": "median, p10 and p90 of single measured steps: a spread, not a throughput",
     "model_tflops": (
@@ -237,11 +246,29 @@ def step_statistics(train_log: Path, warmup_steps: int) -> dict[str, Any]:
     }
 
 
+def attempts(train: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each start of the train stage (stage.json's `attempts`); a stage.json from before
+    they were recorded: its one attempt, as its seconds say."""
+    recorded = train.get("attempts")
+    if recorded:
+        return list(recorded)
+    return [
+        {
+            "attempt": 1,
+            "started": None,
+            "seconds": train["seconds"],
+            "resumed_from_step": train.get("resumed_from_step"),
+            "status": "finished",
+        }
+    ]
+
+
 def stage_throughput(train: dict[str, Any]) -> dict[str, Any]:
-    """The train process's samples (its steps, from the one it resumed from, at the global
-    batch) over its wall time (stage.json's seconds)."""
-    steps = train["steps"] - (train.get("resumed_from_step") or 0)
-    samples = steps * train["global_batch"]
+    """The run's samples (its steps at the global batch) over the train stage's wall time,
+    every attempt together (stage.json's seconds: their sum). A stage.json from before
+    attempts were recorded timed its last attempt only: the steps that one trained."""
+    unrecorded = 0 if train.get("attempts") else train.get("resumed_from_step") or 0
+    samples = (train["steps"] - unrecorded) * train["global_batch"]
     return {
         "samples_per_s": throughput(samples, train["seconds"]),
         "samples": samples,
@@ -648,7 +675,8 @@ def run_performance(
         "compute": compute(train, headline),
         "energy": energy(train, stats),
         "host": host_load(train.get("host")),  # warns where other processes loaded the host
-        "time_to_train_s": train["seconds"],
+        "time_to_train_s": train["seconds"],  # every attempt's (`attempts`)
+        "attempts": attempts(train),
         **time_to_target(stage_dirs["train"] / EVAL_LOG),
         "peak_device_memory_bytes": train.get("peak_device_memory_bytes"),
         "device_memory_source": train.get("device_memory_source"),

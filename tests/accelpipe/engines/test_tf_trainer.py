@@ -389,3 +389,17 @@ def test_a_worker_failing_stops_the_launch_while_the_chief_waits_in_a_collective
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "worker 1: a bad record" in proc.stderr
     assert not list(out.glob("returned*"))  # neither worker finished training
+
+
+def test_a_resumed_run_keeps_the_trace_of_each_attempt(tmp_path: Path) -> None:
+    """Both attempts end mid-cycle (cycles of 4 steps: 1-4, 5-8): each trace is named by the
+    run's step it ends at, not one name for every run ending mid-cycle (which the resumed
+    attempt's trace overwrote)."""
+    cfg = _cfg(epochs=1, profile=True)
+    cfg["profile"]["schedule"] = {"wait": 0, "warmup": 0, "active": 4, "repeat": 0}
+    tf_run(cfg, tmp_path, tf_toy.make_job)  # steps 1-3
+    tf_run(cfg | {"train": cfg["train"] | {"epochs": 2}}, tmp_path, tf_toy.make_job)  # 4-6
+    traces = sorted(p.name for p in (tmp_path / "traces").glob("*.json.gz"))
+    assert traces == ["trace_step000003.json.gz", "trace_step000006.json.gz"]
+    recorded = json.loads((tmp_path / "attempts.json").read_text())["attempts"]
+    assert [a["resumed_from_step"] for a in recorded] == [None, 3]

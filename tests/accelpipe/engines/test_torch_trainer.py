@@ -134,6 +134,20 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_its_log(tmp_path: Pat
     assert {r["attempt"] for r in _rows(tmp_path)} == {"0"}  # nothing of the first is left
 
 
+def test_a_resumed_run_keeps_the_trace_of_each_attempt(tmp_path: Path) -> None:
+    """The profiler counts from 0 again in a resumed process: its cycle's trace is named by
+    the run's step, so it no longer overwrites the first attempt's (both were step 3)."""
+    sched = ProfileSchedule(wait=0, warmup=1, active=2, repeat=1)  # records steps 2 and 3
+    first = _trainer(tmp_path, epochs=3, profile=True, sched=sched)
+    with pytest.raises(_Killed):
+        first.fit(on_epoch_end=_kill_after_first_epoch)
+    second = _trainer(tmp_path, epochs=3, profile=True, sched=sched)
+    assert second.resume()
+    second.fit()
+    traces = sorted(p.name for p in (tmp_path / "traces").glob("*.json.gz"))
+    assert traces == ["trace_step000003.json.gz", f"trace_step{STEPS + 3:06d}.json.gz"]
+
+
 def test_profiled_run_writes_a_trace_with_every_section(tmp_path: Path) -> None:
     # Active steps 4 and 5 (1-based): the last of epoch 0 and the first of epoch 1, so the
     # trace holds `loader_next` and the epoch's first batch, `loader_first`.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe.errors import AccelpipeError, ConfigError
-from accelpipe.launch import tf_launch
+from accelpipe.launch import lifeline, tf_launch
 from accelpipe.launch.tf_launch import PORTS_ENV, cluster, slurm_command, slurm_worker_env
 from accelpipe.settings import TFTrain
 from tests.helpers.settings import tf_train
@@ -268,3 +268,33 @@ def test_all_workers_succeeding_is_status_0() -> None:
     procs = [subprocess.Popen(["true"]), subprocess.Popen(["sh", "-c", "sleep 0.1"])]
     assert tf_launch._first_failure(procs, poll_s=0.01) == 0
     assert [p.returncode for p in procs] == [0, 0]
+
+
+def test_local_workers_die_with_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker asks for the parent-death signal and is told whom to watch
+    (launch.lifeline, tested with real processes in test_lifeline.py)."""
+    started: list[dict] = []
+
+    class Finished:
+        def __init__(self, cmd: list[str], **kwargs: object) -> None:
+            started.append(kwargs)
+
+        def poll(self) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Finished)
+    tf_launch.launch_training(_cfg(2, 1), ["train", "--workload", "ssd"], threads=2)
+    assert len(started) == 2
+    for kwargs in started:
+        assert kwargs["preexec_fn"] is not None
+        assert kwargs["env"][lifeline.LAUNCHER_PID_ENV] == str(os.getpid())
+
+
+def test_slurm_tasks_are_slurms_to_end_and_watch_no_launcher(
+    job: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's ancestors are Slurm's, not the launcher: it must not look for it there."""
+    ran = []
+    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env: ran.append(env) or 0)
+    tf_launch.launch_training(_cfg(2, 1), ["train", "--workload", "ssd"], threads=2)
+    assert lifeline.LAUNCHER_PID_ENV not in ran[0]

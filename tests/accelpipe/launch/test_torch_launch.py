@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from accelpipe.datasets import brats
 from accelpipe.devices.torch_device import resolve
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.slices import SliceBatches
+from accelpipe.launch import lifeline
 from accelpipe.launch.torch_launch import (
     DistContext,
     backend_for,
@@ -34,7 +37,7 @@ from accelpipe.launch.torch_launch import (
 
 pytestmark = pytest.mark.torch
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
 SLURM_ENV = (
     *("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_CPUS_PER_TASK"),
@@ -298,3 +301,75 @@ def test_a_global_batch_that_does_not_split_fails_before_launching(
     ]
     assert cli.main(argv) == 2
     assert "'unet2d.train.batch_size'" in capsys.readouterr().err
+
+
+# -- a launcher killed outright ---------------------------------------------------------------
+
+DEADLINE_S = 300.0  # generous: the machine may be busy; nothing here is about speed
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` now."""
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and pid in lifeline.ancestors(int(p.name))
+    ]
+
+
+def _running(pid: int) -> bool:
+    """It exists and is not a zombie (a reparented process whose reaper never reaps)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _poll(condition: Callable[[], object], what: str) -> object:
+    deadline = time.monotonic() + DEADLINE_S
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {DEADLINE_S:.0f} s: {what}")
+        time.sleep(0.1)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc and prctl")
+def test_a_launcher_killed_outright_takes_its_ranks_and_leaves_no_output(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """SIGKILL of `accelpipe train` (2 processes) once the ranks have written a checkpoint:
+    torchrun and the ranks end too, nothing appears at --out (they used to train on and rename
+    their folder onto it after the job was reported failed), and the rerun resumes."""
+    out = tmp_path / "train"
+    cfg = _train_slice(devices=2, epochs=20)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    cmd = [
+        *(sys.executable, "-m", "accelpipe", "--log", str(tmp_path / "train.log"), "train"),
+        *("--workload", "unet2d", "--run", "fold0", "--prepared", str(prepared)),
+        *("--config-json", cfg, "--out", str(out), "--threads", "2"),
+    ]
+    launcher = subprocess.Popen(cmd, env=env)
+    try:
+        _poll(
+            lambda: launcher.poll() is not None or next(tmp_path.glob(".*/checkpoint.pt"), None),
+            "a checkpoint of the ranks",
+        )
+        assert launcher.poll() is None, (tmp_path / "train.log").read_text()
+        below = _descendants(launcher.pid)  # torchrun and the two ranks
+        assert len(below) >= 3
+    finally:
+        launcher.kill()
+        launcher.wait()
+    _poll(lambda: not any(_running(pid) for pid in below), f"the ranks {below} ended")
+    assert not list(tmp_path.glob(".*/stage.json"))  # ended with the launcher, not trained out
+    assert not out.exists()  # and nothing is left that could still make it appear
+
+    again = _accelpipe_train(prepared, out, cfg)
+    assert again.returncode == 0, again.stderr
+    stage = json.loads((out / "stage.json").read_text())
+    assert stage["resumed_from_step"] > 0 and stage["steps"] == 20 * 3
+    assert [a["status"] for a in stage["attempts"]] == ["interrupted", "finished"]
+    with (out / "train_log.csv").open() as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(1, 61))

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -147,3 +153,104 @@ def test_the_train_job_gets_the_evaluate_settings_left_out_of_its_key(
     monkeypatch.setenv(EVAL_SETTINGS_ENV, json.dumps({"unet2d": {"batch_size": 3}}))
     assert cli.main(argv) == 0
     assert seen[0]["evaluate"]["batch_size"] == 3
+
+
+# ------------------------------------------------------------------ a killed and resumed run
+
+REPO = Path(__file__).resolve().parents[3]
+DEADLINE_S = 300.0  # generous: the machine may be busy; nothing here is about speed
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TINY_CONFIG's data (tests/workflow/project.py): 5 cases of 32x32x16, 5 folds."""
+    from accelpipe.datasets import brats
+
+    root = tmp_path_factory.mktemp("brats")
+    task = brats.synthesize(root / "raw", cases=5, shape=(32, 32, 16), seed=0)
+    return brats.prepare(task, root / "prep", patch_size=(32, 32), n_folds=5)
+
+
+def _evaluating_config() -> dict:
+    """A tiny unet2d run evaluating after every epoch against a target its first evaluation
+    reaches, profiling steps 2-3 of each attempt's profiler."""
+    from accelpipe.config import validate
+
+    return validate(
+        {
+            "performance": {"warmup_steps": 0},
+            "unet2d": {
+                "model": {"filters": [8, 16, 32], "strides": [1, 2, 2], "deep_supr_num": 1},
+                "train": {"epochs": 12, "steps_per_epoch": 3, "batch_size": 4, "eval_every": 1},
+                "target": 0.001,  # the schema wants more than 0
+                "profile": {"schedule": {"wait": 0, "warmup": 1, "active": 2, "repeat": 1}},
+            },
+        }
+    )
+
+
+def _poll(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {DEADLINE_S:.0f} s: {what}")
+        time.sleep(0.1)
+
+
+def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """Issue 30 items 11 and 10: SIGKILL after the first checkpoint, then the rerun. Time to
+    train counts both attempts (it counted the last one alone, below the time to target),
+    each attempt is listed, the resume is logged, the killed attempt's log is kept, and each
+    attempt's profiler trace is kept under its own name."""
+    from accelpipe import performance, stage_config
+
+    config = _evaluating_config()
+    log = tmp_path / "train.log"
+    cmd = [
+        *(sys.executable, "-m", "accelpipe", "--log", str(log), "train"),
+        *("--workload", "unet2d", "--run", "fold0", "--prepared", str(prepared)),
+        *("--config-json", json.dumps(stage_config.train(config, "unet2d", "fold0"))),
+        *("--out", str(tmp_path / "train"), "--threads", "2"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    first = subprocess.Popen(cmd, env=env)
+    try:
+        _poll(
+            lambda: first.poll() is not None or list(tmp_path.glob(".*/checkpoint.pt")),
+            "the first checkpoint",
+        )
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == -signal.SIGKILL, log.read_text()
+    killed_log = log.read_text()
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+
+    out = tmp_path / "train"
+    stage = json.loads((out / "stage.json").read_text())
+    attempts = stage["attempts"]
+    resumed = stage["resumed_from_step"]
+    assert resumed > 0 and resumed % 3 == 0  # an epoch's checkpoint
+    assert [(a["attempt"], a["status"], a["resumed_from_step"]) for a in attempts] == [
+        (1, "interrupted", None),
+        (2, "finished", resumed),
+    ]
+    assert all(a["seconds"] > 0 for a in attempts)
+    assert stage["seconds"] == pytest.approx(sum(a["seconds"] for a in attempts), abs=1e-3)
+
+    publish = stage_config.publish(config, "unet2d", "fold0")
+    figures = performance.run_performance({"train": out}, publish, "unet2d", "fold0")
+    assert figures["attempts"] == attempts
+    assert figures["time_to_train_s"] == stage["seconds"]
+    assert figures["time_to_target_s"] is not None
+    assert figures["time_to_train_s"] >= figures["time_to_target_s"]
+    assert figures["stage_throughput"]["seconds"] == stage["seconds"]
+    assert figures["stage_throughput"]["samples"] == 12 * 3 * 4  # every step of the run
+
+    assert (tmp_path / "train.attempt1.log").read_text() == killed_log
+    assert f"resuming from step {resumed}, attempt 2" in log.read_text()
+    traces = sorted(p.name for p in (out / "traces").glob("*.json.gz"))
+    assert traces == ["trace_step000003.json.gz", f"trace_step{resumed + 3:06d}.json.gz"]

@@ -196,8 +196,9 @@ COUNTS = (
         "cost_per_run",
         "cost per run",
         "cost",
-        "the train stage's seconds / 3600 x the backend's price per node-hour x nodes "
-        "(cost.per_hour's currency; not data preparation, evaluation or queueing)",
+        "the train stage's seconds (every attempt of a resumed run) / 3600 x the backend's "
+        "price per node-hour x nodes (cost.per_hour's currency; not data preparation, "
+        "evaluation or queueing)",
     ),
     Column("joules_per_run", "energy per run (kJ)", "kilojoules", DEFINITIONS["energy"]),
 )

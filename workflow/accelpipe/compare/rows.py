@@ -106,7 +106,8 @@ def cost(
     per_run = _significant(seconds / 3600 * rate * nodes) if seconds is not None else None
     per_1000 = _significant(1000 / samples_per_s / 3600 * rate * nodes) if samples_per_s else None
     counted = f"{rate:g} per node-hour x {nodes} node{'s' if nodes > 1 else ''}: per run, the "
-    counted += "train stage's seconds (not data preparation, evaluation or queueing)"
+    counted += "train stage's seconds, every attempt of a resumed run together (not data "
+    counted += "preparation, evaluation or queueing)"
     counted += "; per 1,000 samples, at the measured steps' samples/s" if per_1000 else ""
     return per_run, per_1000, counted
 

@@ -56,6 +56,7 @@ from accelpipe.engines import (
     run_facts,
     tf_flops,
 )
+from accelpipe.engines.attempts import Attempts
 from accelpipe.engines.evaluations import InTraining, InTrainingEval
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
@@ -252,6 +253,7 @@ class TFTrainer:
         self.in_training = InTraining(
             work_dir, cfg, job.evaluation, writes=self.chief, run_log=run_log
         )
+        self.attempts = Attempts(work_dir, writes=self.chief)  # begun by `resume`
         # FLOPs of the train step, counted on the first batch (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "multi-worker: the step runs inside strategy.run, not counted"}
@@ -299,11 +301,13 @@ class TFTrainer:
             if self.chief:
                 truncate_log(self.work_dir, 0)
             self.in_training.resume(0, 0.0, self._chiefs)
+            self.attempts.begin(None)
             return False
         self.manager.checkpoint.restore(latest).assert_existing_objects_matched()
         self.in_training.resume(self.step, float(self._run_s.numpy()), self._chiefs)
         if self.chief:
             truncate_log(self.work_dir, self.step)
+        self.attempts.begin(self.step)
         return True
 
     def _chiefs(self, flag: bool) -> bool:
@@ -354,7 +358,14 @@ class TFTrainer:
 
     def fit(self) -> None:
         """Train to the last epoch, or to the first evaluation that reaches the target with
-        train.stop_at_target; the run's clock starts here (initialisation is done)."""
+        train.stop_at_target; the run's clock starts here (initialisation is done). The
+        attempt's record is written a last time at the end, a failed end too."""
+        try:
+            self._fit()
+        finally:
+            self.attempts.close()
+
+    def _fit(self) -> None:
         self.in_training.start(self.epoch, self.device.name, self.job.batch_size)
         with self._open_log() as (log_file, writer):
             while self.epoch < self.cfg.epochs and not self.in_training.stopped:
@@ -372,6 +383,7 @@ class TFTrainer:
                     self._chiefs,
                 )
                 self._run_s.assign(self.in_training.clock.seconds())
+                self.attempts.beat()  # before the checkpoint: its run clock never outruns it
                 self._save_checkpoint()
                 rate = (
                     self.job.steps_per_epoch * self.job.batch_size / (time.perf_counter() - started)
@@ -384,7 +396,7 @@ class TFTrainer:
                     mean,
                     rate,
                 )
-        self.profiler.finish()
+        self.profiler.finish(self.step)
         self.in_training.end()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -536,6 +548,8 @@ class _Profiler:
         scheduled = self.enabled and (self.repeat == 0 or cycle < self.repeat)
         if scheduled and position == self.skip:
             self.running = self.work_dir / "profile" / f"cycle{cycle}"
+            # an interrupted attempt's XSpace of this cycle would be converted with this one's
+            shutil.rmtree(self.running, ignore_errors=True)
             tf.profiler.experimental.start(str(self.running))
         with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
             yield
@@ -563,7 +577,7 @@ class _Profiler:
                 f.write(text)
             write_text(f"{stem}{PROFILER_TABLE}", xspace_to_op_table(xplane))
 
-    def finish(self) -> None:
-        """A run that ends mid-cycle: stop and convert what was recorded."""
+    def finish(self, step: int) -> None:
+        """A run that ends mid-cycle, at `step`: stop and convert what was recorded."""
         if self.running is not None:
-            self._stop(0)
+            self._stop(step)

@@ -47,6 +47,7 @@ from accelpipe.engines import (
     run_facts,
     torch_flops,
 )
+from accelpipe.engines.attempts import Attempts
 from accelpipe.engines.evaluations import InTraining, InTrainingEval
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.train_log import (
@@ -307,6 +308,7 @@ class Trainer:
         self.in_training = InTraining(
             work_dir, cfg, job.evaluation, writes=self.dist.is_main, run_log=run_log
         )
+        self.attempts = Attempts(work_dir, writes=self.dist.is_main)  # begun by `resume`
         # FLOPs of this process's first step, counted while it runs (stage.json's `flops`)
         self.flops: dict[str, Any] | None = (
             {"reason": "torch.compile: FlopCounterMode sees the compiled graph's ops only"}
@@ -342,6 +344,7 @@ class Trainer:
             "torch_rng": torch.random.get_rng_state(),
             "run_s": self.in_training.clock.seconds(),
         }
+        self.attempts.beat()  # before the checkpoint: its run clock never outruns the record
         save_file(state, self.work_dir / CHECKPOINT)
 
     def resume(self) -> bool:
@@ -352,6 +355,7 @@ class Trainer:
             if self.dist.is_main:
                 truncate_log(self.work_dir, 0)
             self.in_training.resume(0, 0.0, self._rank0s)
+            self.attempts.begin(None)
             return False
         state = load_file(path, self.device.torch_device)
         self.model.load_state_dict(state["model"])
@@ -364,6 +368,7 @@ class Trainer:
         self.in_training.resume(self.step, state.get("run_s", 0.0), self._rank0s)
         if self.dist.is_main:
             truncate_log(self.work_dir, self.step)
+        self.attempts.begin(self.step)
         return True
 
     def _rank0s(self, flag: bool) -> bool:
@@ -373,7 +378,14 @@ class Trainer:
     # -- the loop ------------------------------------------------------------
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> None:
         """Train to the last epoch, or to the first evaluation that reaches the target with
-        train.stop_at_target; the run's clock starts here (initialisation is done)."""
+        train.stop_at_target; the run's clock starts here (initialisation is done). The
+        attempt's record is written a last time at the end, a failed end too."""
+        try:
+            self._fit(on_epoch_end)
+        finally:
+            self.attempts.close()
+
+    def _fit(self, on_epoch_end: Callable[[int], None] | None) -> None:
         self.in_training.start(self.epoch, self.device.name, self.cfg.batch_size)
         with self._open_log() as (log_file, writer), self._profiler() as prof:
             while self.epoch < self.cfg.epochs and not self.in_training.stopped:
@@ -529,9 +541,11 @@ class Trainer:
             yield prof
 
     def _export_trace(self, prof: torch.profiler.profile) -> None:
-        """One cycle's gzipped chrome trace and, beside it, the profiler's key-averages table
-        (the step number keeps names unique); after the first cycle, the memory snapshot."""
-        stem = self.trace_dir / f"trace_step{prof.step_num:06d}"
+        """One cycle's gzipped chrome trace and, beside it, the profiler's key-averages table,
+        named by the run's step (the profiler counts from 0 again in a resumed run, whose
+        traces must not overwrite the first attempt's); after the first cycle, the memory
+        snapshot."""
+        stem = self.trace_dir / f"trace_step{self.step:06d}"
         prof.export_chrome_trace(f"{stem}.json.gz")
         table = prof.key_averages().table(
             sort_by=self.device.profiler_sort_key(), row_limit=TABLE_ROWS

@@ -56,7 +56,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accelpipe.errors import AccelpipeError
+from accelpipe.launch import lifeline
 from accelpipe.launch.torch_launch import (
+    launched_env,
     require_slurm,
     run_workers,
     slurm_counts,
@@ -151,8 +153,10 @@ def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> 
     require_slurm(cfg.nodes, False, _config_key(stage_argv, "nodes"))
     addresses = [f"127.0.0.1:{p}" for p in _free_ports(cfg.devices)]
     log.info("training on %d TensorFlow workers: %s", cfg.devices, shlex.join(cmd))
-    envs = [_worker_env(os.environ, i, i, addresses) for i in range(cfg.devices)]
-    procs = [subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": share}) for env in envs]
+    environ = {**os.environ, **launched_env(under_slurm=False), "OMP_NUM_THREADS": share}
+    envs = [_worker_env(environ, i, i, addresses) for i in range(cfg.devices)]
+    # Killed outright, we take the workers with us (launch.lifeline).
+    procs = [subprocess.Popen(cmd, env=env, preexec_fn=lifeline.die_with_parent()) for env in envs]
     try:
         code = _first_failure(procs)
     finally:
@@ -185,7 +189,12 @@ def _first_failure(procs: list[subprocess.Popen[bytes]], poll_s: float = 0.2) ->
 def _launch_slurm(cfg: TrainSettings, cmd: list[str], share: str, key: str) -> None:
     srun = slurm_command(cfg.devices, cfg.nodes, cmd, key)
     ports = _free_ports(cfg.devices, host="")  # this node's; the tasks listen on all interfaces
-    env = {**os.environ, PORTS_ENV: ",".join(map(str, ports)), "OMP_NUM_THREADS": share}
+    env = {
+        **os.environ,
+        **launched_env(under_slurm=True),
+        PORTS_ENV: ",".join(map(str, ports)),
+        "OMP_NUM_THREADS": share,
+    }
     workers = f"{cfg.devices * cfg.nodes} TensorFlow workers ({cfg.devices} per node)"
     log.info("training on %s through srun: %s", workers, shlex.join(srun))
     code = run_workers(srun, env)

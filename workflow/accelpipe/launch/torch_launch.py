@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelpipe.errors import AccelpipeError, BackendUnavailableError, ConfigError
+from accelpipe.launch import lifeline
 
 if TYPE_CHECKING:
     import torch
@@ -324,11 +325,17 @@ def _sigterm_exits() -> Iterator[None]:
 
 
 def run_workers(cmd: list[str], env: dict[str, str]) -> int:
-    """Run the launcher, relaying every rank's output to our log; return its exit status."""
+    """Run the launcher, relaying every rank's output to our log; return its exit status.
+    Killed outright, we take it with us (launch.lifeline)."""
     workers_log = logging.getLogger("accelpipe.workers")
     tail: collections.deque[str] = collections.deque(maxlen=30)
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lifeline.die_with_parent(),  # SIGTERM if we are killed outright
     )
     assert proc.stdout is not None  # stdout=PIPE
     try:
@@ -350,8 +357,7 @@ def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> 
     """Start `devices * nodes` processes running `accelpipe <stage_argv>`; exit with theirs."""
     under_slurm = "SLURM_JOB_ID" in os.environ
     cmd = launch_command(cfg.devices, cfg.nodes, stage_argv, under_slurm)
-    env = dict(os.environ)
-    env[_LAUNCHED_AT] = repr(time.time())
+    env = {**os.environ, **launched_env(under_slurm)}
     # torchrun would set 1 (with a warning); each rank sets its share in `cmd_train` anyway.
     env.setdefault("OMP_NUM_THREADS", str(max(1, threads // cfg.devices)))
     log.info("training on %d processes: %s", cfg.devices * cfg.nodes, shlex.join(cmd))
@@ -360,8 +366,38 @@ def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> 
         raise SystemExit(code)
 
 
+def launched_env(under_slurm: bool) -> dict[str, str]:
+    """What a launch adds to its processes' environment: when it started (`stage_started`)
+    and, on this node, who launched them, so that they die with us (launch.lifeline; a Slurm
+    step's tasks are Slurm's, which ends a step whose srun is gone)."""
+    env = {_LAUNCHED_AT: repr(time.time())}
+    return env if under_slurm else env | lifeline.launcher_env()
+
+
+# time.time() at the origin of the stage running in this process (`stage_clock`)
+_origin: dict[str, float] = {}
+
+
 def stage_started() -> float:
     """perf_counter() origin of the stage: the launch, for a launched worker."""
     launched = os.environ.get(_LAUNCHED_AT)
-    elapsed = time.time() - float(launched) if launched else 0.0
-    return time.perf_counter() - max(elapsed, 0.0)
+    elapsed = max(time.time() - float(launched), 0.0) if launched else 0.0
+    return time.perf_counter() - elapsed
+
+
+@contextlib.contextmanager
+def stage_clock() -> Iterator[float]:
+    """The stage's perf_counter() origin (`stage_started`); while the stage runs,
+    `stage_started_at` gives its wall-clock time (an attempt's record starts there)."""
+    started = stage_started()
+    _origin["at"] = time.time() - (time.perf_counter() - started)
+    try:
+        yield started
+    finally:
+        _origin.clear()
+
+
+def stage_started_at() -> float:
+    """time.time() at the origin of the stage running here; now outside one (a loop run
+    without the train stage, as tests do)."""
+    return _origin.get("at", time.time())

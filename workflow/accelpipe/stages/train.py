@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,10 @@ from typing import Any
 from accelpipe import engines, provenance, registry, workloads
 from accelpipe.config import load_slice
 from accelpipe.devices import host
-from accelpipe.errors import ConfigError
-from accelpipe.launch import torch_launch
+from accelpipe.engines import attempts
+from accelpipe.errors import AccelpipeError, ConfigError
+from accelpipe.io import read_json, write_json
+from accelpipe.launch import lifeline, torch_launch
 from accelpipe.runtime import with_eval_settings
 from accelpipe.settings import TrainSettings, common_train
 
@@ -88,11 +91,38 @@ def _resume_state_only(work_dir: Path, checkpoints: tuple[str, ...]) -> Iterator
         raise
 
 
+def before_log(args: argparse.Namespace) -> str | None:
+    """Run before the stage's log is opened, which empties it: the log of an attempt that
+    left resume state behind (killed, or failed after a checkpoint) is kept beside it as
+    `<log>.attempt<n>.log`, n that attempt's number; what was kept, for the new log."""
+    log_file = Path(args.log) if args.log else None
+    if log_file is None or not log_file.is_file() or log_file.stat().st_size == 0:
+        return None
+    try:
+        work_dir = resume_dir(Path(args.out), args)
+        recorded = attempts.read(work_dir)
+    except (AccelpipeError, OSError, ValueError, KeyError, TypeError):
+        return None  # a bad config or work dir: the stage reports it, with the log open
+    if not work_dir.is_dir():
+        return None
+    number = recorded[-1]["attempt"] if recorded else 1
+    kept = log_file.with_name(f"{log_file.stem}.attempt{number}{log_file.suffix}")
+    while kept.exists():  # never over an earlier attempt's
+        number += 1
+        kept = log_file.with_name(f"{log_file.stem}.attempt{number}{log_file.suffix}")
+    log_file.rename(kept)
+    return f"the log of the interrupted attempt {number} is kept in {kept}"
+
+
 def run_train(args: argparse.Namespace) -> None:
-    """Train here, or launch the workers; in the workers rank 0 finishes the stage
-    (stage.json, renaming the work dir onto --out)."""
+    """Train here, or launch the workers (rank 0 writes stage.json in the work dir) and,
+    once every one has succeeded, publish the work dir onto --out."""
     host.mark_job_root()  # the workers' host window counts this process tree as the job's
-    started = torch_launch.stage_started()
+    with torch_launch.stage_clock() as started:
+        _run_train(args, started)
+
+
+def _run_train(args: argparse.Namespace, started: float) -> None:
     spec = engines.for_workload(args.workload)
     engine = importlib.import_module(spec.module)
     # the evaluate settings outside train's key (batch size, ...) come with the job's environment
@@ -102,15 +132,22 @@ def run_train(args: argparse.Namespace) -> None:
     work_dir = resume_dir(out, args)
     if train_cfg.devices * train_cfg.nodes > 1 and not engine.in_worker():
         _check_launch(args, train_cfg)
-        # The launching process tidies up after its workers (they share the directory).
+        # The launching process tidies up after its workers (they share the directory), and
+        # it alone publishes: a launcher killed outright leaves no output behind it.
         with _resume_state_only(work_dir, spec.checkpoints):
+            (work_dir / provenance.STAGE_FILE).unlink(missing_ok=True)  # rank 0's, to come
             engine.launch_training(train_cfg, worker_argv(args), args.threads)
+            _publish(work_dir, out, spec, started)
         return
     # The node's CPUs are shared by its ranks.
     engine.limit_threads(max(1, args.threads // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
-    in_worker = engine.in_worker()  # launched: the launching process tidies up
-    with contextlib.nullcontext() if in_worker else _resume_state_only(work_dir, spec.checkpoints):
-        _train_into(args, spec, cfg, started, out, work_dir)
+    if engine.in_worker():  # launched: it dies with the launcher, which tidies up and publishes
+        lifeline.watch_launcher()
+        _train_into(args, spec, cfg, started, work_dir)
+        return
+    with _resume_state_only(work_dir, spec.checkpoints):
+        if _train_into(args, spec, cfg, started, work_dir):
+            _publish(work_dir, out, spec, started)
 
 
 def _train_into(
@@ -118,24 +155,38 @@ def _train_into(
     spec: engines.Engine,
     cfg: dict[str, Any],
     started: float,
-    out: Path,
     work_dir: Path,
-) -> None:
-    """Train into `work_dir`; rank 0 then writes stage.json and renames it onto `out`."""
+) -> bool:
+    """Train into `work_dir`; rank 0 then writes stage.json there (and says so: True)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     facts = workloads.get(args.workload).train(Path(args.prepared), args.run, cfg, work_dir)
-    if facts is None:  # a rank other than 0: rank 0 finishes the stage
-        return
-    for name in spec.checkpoints:  # resume state has no place in the finished output
+    if facts is None:  # a rank other than 0
+        return False
+    packages = provenance.package_versions(provenance.PACKAGES + spec.packages)
+    provenance.write_stage(
+        work_dir, "train", started, workload=args.workload, run=args.run, packages=packages, **facts
+    )
+    return True
+
+
+def _publish(work_dir: Path, out: Path, spec: engines.Engine, started: float) -> None:
+    """The trained `work_dir` onto `out`: stage.json's time covering every attempt (its
+    `attempts`), the resume state dropped. Only the process that started the stage does
+    this, once training succeeded, so no output appears after a job was reported failed."""
+    stage_file = work_dir / provenance.STAGE_FILE
+    if not stage_file.exists():
+        raise AccelpipeError(f"{work_dir}: training ended without rank 0's {stage_file.name}")
+    record = read_json(stage_file)
+    entries = attempts.finish(work_dir, time.perf_counter() - started)
+    if entries:  # seconds: the stage's over every attempt, as time to train and cost count
+        record |= {"seconds": attempts.total_seconds(entries), "attempts": entries}
+        write_json(stage_file, record)
+    for name in (*spec.checkpoints, attempts.ATTEMPTS_FILE):  # resume state
         path = work_dir / name
         if path.is_dir():
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    packages = provenance.package_versions(provenance.PACKAGES + spec.packages)
-    provenance.write_stage(
-        work_dir, "train", started, workload=args.workload, run=args.run, packages=packages, **facts
-    )
     if out.exists():
         shutil.rmtree(out)
     work_dir.rename(out)
