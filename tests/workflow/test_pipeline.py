@@ -256,6 +256,20 @@ def test_report_shows_metrics_and_trace_plot(project: Project) -> None:
     assert "metrics.json" in html
 
 
+def test_the_report_holds_every_built_run(project: Project) -> None:
+    """`snakemake --report` with no target (docs/stages.md): every run already built, not
+    only the default target's; building the report runs no job."""
+    project.snakemake("results/unet2d/fold1")
+    built = project.fingerprint("results")
+    project.snakemake("--report", "results/every.html")
+    html = (project.root / "results/every.html").read_text(errors="replace")
+    for fold in ("fold0", "fold1"):
+        assert f"results/unet2d/{fold}/metrics.json" in html, fold
+    assert project.fingerprint("results") == built | {
+        "every.html": project.fingerprint("results")["every.html"]
+    }
+
+
 def test_cross_validation_aggregates_five_folds(project: Project) -> None:
     project.snakemake("results/unet2d/cv")
     cv = json.loads((project.root / "results/unet2d/cv/cv_metrics.json").read_text())
