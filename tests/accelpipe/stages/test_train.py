@@ -254,3 +254,31 @@ def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
     assert f"resuming from step {resumed}, attempt 2" in log.read_text()
     traces = sorted(p.name for p in (out / "traces").glob("*.json.gz"))
     assert traces == ["trace_step000003.json.gz", f"trace_step{resumed + 3:06d}.json.gz"]
+
+
+def test_the_launching_process_publishes_rank_0s_work_once_every_rank_succeeded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks never publish (a rank outliving a killed launcher used to); the launcher does,
+    with the resume state dropped and the attempts in stage.json."""
+    from accelpipe.engines import torch_trainer
+
+    argv = _train_argv(tmp_path, tmp_path, devices=2, batch_size=4)
+    work_dir = _work_dir(argv)
+    running = {"attempt": 1, "started": "t", "seconds": 5.0, "resumed_from_step": None}
+
+    def ranks(*args: object) -> None:
+        work_dir.mkdir(parents=True)
+        (work_dir / "checkpoint.pt").write_bytes(b"resume state")
+        (work_dir / "attempts.json").write_text(json.dumps({"attempts": [running]}))
+        (work_dir / "stage.json").write_text(json.dumps({"stage": "train", "seconds": 4.0}))
+
+    monkeypatch.setattr(torch_trainer, "launch_training", ranks)
+    assert cli.main(argv) == 0
+    out = tmp_path / "train"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train"]
+    assert sorted(p.name for p in out.iterdir()) == ["stage.json"]
+    stage = json.loads((out / "stage.json").read_text())
+    (attempt,) = stage["attempts"]
+    assert attempt["status"] == "finished" and attempt["seconds"] >= 5.0
+    assert stage["seconds"] == attempt["seconds"]

@@ -169,12 +169,29 @@ def _train_into(
     return True
 
 
+# How long the launcher waits to see a file rank 0 wrote on another node of a shared file
+# system (NFS caches a name's absence), as Snakemake's --latency-wait does for outputs.
+LATENCY_WAIT_S = 60.0
+
+
+def _visible(path: Path, wait_s: float = LATENCY_WAIT_S) -> bool:
+    """Whether `path` exists, waiting up to `wait_s` for it to show."""
+    deadline = time.monotonic() + wait_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        if path.parent.is_dir():
+            os.listdir(path.parent)  # reading the directory revalidates NFS's cached absence
+        time.sleep(0.5)
+    return True
+
+
 def _publish(work_dir: Path, out: Path, spec: engines.Engine, started: float) -> None:
     """The trained `work_dir` onto `out`: stage.json's time covering every attempt (its
     `attempts`), the resume state dropped. Only the process that started the stage does
     this, once training succeeded, so no output appears after a job was reported failed."""
     stage_file = work_dir / provenance.STAGE_FILE
-    if not stage_file.exists():
+    if not _visible(stage_file):
         raise AccelpipeError(f"{work_dir}: training ended without rank 0's {stage_file.name}")
     record = read_json(stage_file)
     entries = attempts.finish(work_dir, time.perf_counter() - started)
