@@ -27,29 +27,6 @@ include: "rules/benchmark.smk"
 include: "rules/compare.smk"
 
 
-from accelpipe.compare.runs import AGGREGATES
-
-
-def built_results(wildcards):
-    """The default target's run, and where Snakemake plans without running jobs (--report,
-    --summary, --dag, --list-changes) every result folder of this config already built, so
-    `snakemake --report results/report.html` holds every built run and aggregate. A run is
-    built when published (provenance.json); a folder this config cannot name is left
-    out."""
-    default = ["results/unet2d/fold0"]
-    # running jobs (or a dry run of them): the default target only
-    if workflow.execution_settings is not None:
-        return default
-    runs = {str(run) for run in finished_runs(Path("results"))}
-    built = [
-        target.path
-        for target in targets.buildable(config, len(runs))
-        if target.path in runs
-        or (target.kind in AGGREGATES and runs and Path(target.path).is_dir())
-    ]
-    return list(dict.fromkeys(default + built))
-
-
 rule all:
     default_target: True
     input:

@@ -12,7 +12,7 @@ sys.path.insert(0, str(PACKAGE_ROOT))
 
 from accelpipe import images, preflight, provenance, registry, stage_config, targets
 from accelpipe.codegraph import code_key, stage_code
-from accelpipe.compare.runs import finished_runs, run_files, run_of
+from accelpipe.compare.runs import AGGREGATES, finished_runs, run_files, run_of
 from accelpipe.config import run_train as run_train_settings
 from accelpipe.config import validate as validate_config
 from accelpipe.datasets.download import DOWNLOADS_ENV
@@ -390,3 +390,23 @@ def compare_config(wildcards):
     runs = [run_of(Path(run)) for run in compare_runs(wildcards)]
     hashes = stage_config.current_hashes(config, runs)
     return as_json({"cost": config["cost"], "config_hashes": hashes})
+
+
+def built_results(wildcards):
+    """The default target's run, and where Snakemake plans without running jobs (--report,
+    --summary, --dag, --list-changes) every result folder of this config already built, so
+    `snakemake --report results/report.html` holds every built run and aggregate. A run is
+    built when published (provenance.json); a folder this config cannot name is left
+    out."""
+    default = ["results/unet2d/fold0"]
+    # running jobs (or a dry run of them): the default target only
+    if workflow.execution_settings is not None:
+        return default
+    runs = {str(run) for run in finished_runs(Path("results"))}
+    built = [
+        target.path
+        for target in targets.buildable(config, len(runs))
+        if target.path in runs
+        or (target.kind in AGGREGATES and runs and Path(target.path).is_dir())
+    ]
+    return list(dict.fromkeys(default + built))
