@@ -349,6 +349,12 @@ def test_killed_training_resumes_from_its_last_epoch(project: Project) -> None:
         steps = [int(r["step"]) for r in csv.DictReader(f)]
     assert steps == list(range(1, 121))  # no step lost or logged twice across the kill
     assert not partial.exists() and not (work / "train/checkpoint.pt").exists()
+    # both attempts timed (issue 30 item 11), the killed one's log kept beside the new one
+    assert [a["status"] for a in stage["attempts"]] == ["interrupted", "finished"]
+    logs = project.root / "logs/unet2d/fold1"
+    assert (logs / "train.attempt1.log").stat().st_size > 0
+    resumed = stage["resumed_from_step"]
+    assert f"resuming from step {resumed}, attempt 2" in (logs / "train.log").read_text()
 
 
 def test_runs_from_a_shell_that_never_activated_the_venv(project: Project) -> None:

@@ -251,6 +251,7 @@ def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
     assert figures["stage_throughput"]["samples"] == 12 * 3 * 4  # every step of the run
 
     assert (tmp_path / "train.attempt1.log").read_text() == killed_log
+    assert not list(out.glob("attempt*.log"))  # the work dir's link to the log stays out
     assert f"resuming from step {resumed}, attempt 2" in log.read_text()
     traces = sorted(p.name for p in (out / "traces").glob("*.json.gz"))
     assert traces == ["trace_step000003.json.gz", f"trace_step{resumed + 3:06d}.json.gz"]
@@ -282,3 +283,20 @@ def test_the_launching_process_publishes_rank_0s_work_once_every_rank_succeeded(
     (attempt,) = stage["attempts"]
     assert attempt["status"] == "finished" and attempt["seconds"] >= 5.0
     assert stage["seconds"] == attempt["seconds"]
+
+
+def test_a_fresh_run_links_its_log_and_drops_the_attempt_logs_of_an_older_run(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "logs" / "train.log"
+    args = cli.build_parser().parse_args(
+        ["--log", str(log), *_train_argv(tmp_path, tmp_path / "prepared")]
+    )
+    cli.check_config_json(args)
+    log.parent.mkdir()
+    stale = log.with_name("train.attempt1.log")
+    stale.write_text("an older run's interrupted attempt")
+    assert train.before_log(args) is None
+    assert not stale.exists()
+    # Snakemake deletes the log before a rerun: the link in the work dir keeps it
+    assert (train.resume_dir(Path(args.out), args) / "attempt1.log").samefile(log)

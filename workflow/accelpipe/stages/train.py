@@ -8,6 +8,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -91,27 +92,56 @@ def _resume_state_only(work_dir: Path, checkpoints: tuple[str, ...]) -> Iterator
         raise
 
 
+# In the work dir: a hard link to the rule log of attempt n, so that the log outlives the
+# rule's (Snakemake deletes a job's log before running it again).
+ATTEMPT_LOG = re.compile(r"attempt(\d+)\.log")
+
+
 def before_log(args: argparse.Namespace) -> str | None:
-    """Run before the stage's log is opened, which empties it: the log of an attempt that
-    left resume state behind (killed, or failed after a checkpoint) is kept beside it as
-    `<log>.attempt<n>.log`, n that attempt's number; what was kept, for the new log."""
-    log_file = Path(args.log) if args.log else None
-    if log_file is None or not log_file.is_file() or log_file.stat().st_size == 0:
-        return None
+    """Run by the CLI before the stage's log is opened (which empties it): the logs of earlier
+    attempts of this run (hard links in its work dir) are kept beside the log as
+    `<log>.attempt<n>.log`, and this attempt's log is linked into the work dir in turn (a
+    fresh run drops such logs of an older run instead); what was kept, for the new log."""
+    log_file = Path(args.log)
     try:
         work_dir = resume_dir(Path(args.out), args)
-        recorded = attempts.read(work_dir)
+        recorded = len(attempts.read(work_dir))
     except (AccelpipeError, OSError, ValueError, KeyError, TypeError):
         return None  # a bad config or work dir: the stage reports it, with the log open
-    if not work_dir.is_dir():
+    earlier = _keep_earlier_logs(work_dir, log_file)
+    if not earlier and not recorded:  # a fresh run: none of the logs beside are its own
+        for stale in log_file.parent.glob(f"{log_file.stem}.attempt*{log_file.suffix}"):
+            stale.unlink()
+    number = max([recorded, *earlier]) + 1
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.touch()  # the inode the log is written to (opened with O_TRUNC, not replaced)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # another file system: that attempt's log goes with it
+        os.link(log_file, work_dir / f"attempt{number}.log")
+    if not earlier:
         return None
-    number = recorded[-1]["attempt"] if recorded else 1
-    kept = log_file.with_name(f"{log_file.stem}.attempt{number}{log_file.suffix}")
-    while kept.exists():  # never over an earlier attempt's
-        number += 1
-        kept = log_file.with_name(f"{log_file.stem}.attempt{number}{log_file.suffix}")
-    log_file.rename(kept)
-    return f"the log of the interrupted attempt {number} is kept in {kept}"
+    kept = ", ".join(str(_kept_name(log_file, n)) for n in earlier)
+    return f"the log of each interrupted attempt of this run is kept: {kept}"
+
+
+def _kept_name(log_file: Path, number: int) -> Path:
+    return log_file.with_name(f"{log_file.stem}.attempt{number}{log_file.suffix}")
+
+
+def _keep_earlier_logs(work_dir: Path, log_file: Path) -> list[int]:
+    """Move the attempt logs linked into `work_dir` beside `log_file`; their numbers. Where
+    the log itself is still one of them (not deleted by Snakemake), its name is freed first,
+    or opening it would empty the kept copy too."""
+    found = sorted(
+        (int(match[1]), path)
+        for path in (work_dir.iterdir() if work_dir.is_dir() else ())
+        if (match := ATTEMPT_LOG.fullmatch(path.name))
+    )
+    for number, path in found:
+        if log_file.exists() and log_file.samefile(path):
+            log_file.unlink()
+        os.replace(path, _kept_name(log_file, number))
+    return [number for number, _ in found]
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -204,6 +234,9 @@ def _publish(work_dir: Path, out: Path, spec: engines.Engine, started: float) ->
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+    for path in work_dir.iterdir():  # this attempt's log: the rule's log holds it
+        if ATTEMPT_LOG.fullmatch(path.name):
+            path.unlink()
     if out.exists():
         shutil.rmtree(out)
     work_dir.rename(out)
