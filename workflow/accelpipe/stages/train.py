@@ -161,10 +161,10 @@ def _run_train(args: argparse.Namespace, started: float) -> None:
     out = Path(args.out)
     work_dir = resume_dir(out, args)
     if train_cfg.devices * train_cfg.nodes > 1 and not engine.in_worker():
-        _check_launch(args, train_cfg)
         # The launching process tidies up after its workers (they share the directory), and
         # it alone publishes: a launcher killed outright leaves no output behind it.
         with _resume_state_only(work_dir, spec.checkpoints):
+            _check_launch(args, train_cfg)
             (work_dir / provenance.STAGE_FILE).unlink(missing_ok=True)  # rank 0's, to come
             engine.launch_training(train_cfg, worker_argv(args), args.threads)
             _publish(work_dir, out, spec, started)
