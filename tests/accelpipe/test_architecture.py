@@ -48,6 +48,7 @@ LAYERS = {
     "grid": CONFIG,
     "settings": CONFIG,  # typed views of config blocks
     "quality": CONFIG,  # quality targets (quality_targets.yaml) and the verdict on metrics
+    "recipes": CONFIG,  # each workload's reference recipe as data (workloads/*_recipe.yaml)
     "seeds": CONFIG,  # a run's seed runs (<workload>.seeds)
     "codegraph": CONFIG,
     "targets": CONFIG,

@@ -77,10 +77,11 @@ class DeepSupervisionLoss(nn.Module):
     """Weighted sum of a per-head loss over deep-supervision outputs.
 
     Head ``i`` gets weight ``0.5**i`` and a target downsampled (nearest) to its
-    resolution. The sum is scaled by ``1 / (2 - 2**-n)`` for ``n`` heads, the
-    reference's normalisation (NVIDIA nnU-Net ``compute_loss``: 1.875 for three heads;
-    note it is not the sum of the weights, 1.75, and we keep the reference's value so
-    loss curves compare).
+    resolution. The sum is scaled by ``1 / (2 - 2**-n)`` for ``n`` heads: NVIDIA nnU-Net
+    21.02's ``compute_loss`` (commit 2b20ca80, the recipe we follow) and Habana's port of it,
+    1.875 for three heads. It is not the sum of the weights, 1.75, which NVIDIA divides by
+    from 21.11 on (db06ff53); we keep 21.02's so loss curves compare with that recipe
+    (workloads/unet2d_recipe.yaml).
     """
 
     def __init__(self, loss: nn.Module) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelpipe import registry
+from accelpipe import recipes, registry
 from accelpipe.devices import device_family, peaks
 from accelpipe.devices.power import Energy, joules_per_1000_samples
 from accelpipe.engines.evaluations import EVAL_LOG
@@ -137,6 +137,9 @@ class Figure:
     loader: str
     computed: str  # a key of COMPUTED
     software: str
+    # the release or commit of the code and recipe it ran: the workload's recipe id
+    # (workloads/<workload>_recipe.yaml) where it is the one our defaults follow
+    recipe: str
     note: str = ""
     computed_note: str = ""
 
@@ -342,8 +345,8 @@ def differences(
 ) -> list[str]:
     """Every condition under which `figure` was measured that the run does not share: cards,
     batch per card, precision (TF32 or not), how the rate was computed, the data (both must be
-    real: synthetic data has its own sizes) and the input pipeline. None: the ratio is
-    comparable."""
+    real: synthetic data has its own sizes), the input pipeline and the recipe (a figure of
+    another release is never like for like). None: the ratio is comparable."""
     world = train["world_size"]
     batch = train["global_batch"] / world
     found = []
@@ -380,6 +383,9 @@ def differences(
             if figure.loader != "unknown"
             else f"the source does not name the figure's input pipeline (ours: {loader})"
         )
+    ours = recipes.recipe_id(figure.workload)
+    if figure.recipe != ours:
+        found.append(f"the figure ran another recipe ({figure.recipe}); this run follows {ours}")
     return found
 
 
@@ -429,6 +435,8 @@ def reference(
         "loader": figure.loader,
         "computed": figure.computed,
         "software": figure.software,
+        "recipe": figure.recipe,
+        "our_recipe": recipes.recipe_id(workload),
         "source": figure.source,
         "note": figure.note,
         "comparable": not listed,

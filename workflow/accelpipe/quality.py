@@ -2,8 +2,10 @@
 one a config sets (`<workload>.target`), and whether a run's metrics reach it.
 
 The evaluate stage writes the verdict into metrics.json (`quality_target`), so every run says
-whether it reached its target, against which figure and what that figure measures. No framework:
-Snakemake may read it while planning.
+whether it reached its target, against which figure, the recipe that figure was measured with,
+how it was computed and what it measures, and whether reaching it is `comparable` (a
+benchmark's threshold, or a figure of our recipe computed as our metrics.json is) or only
+indicative (`differences` says why). No framework: Snakemake may read it while planning.
 """
 
 from __future__ import annotations
@@ -19,12 +21,25 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelpipe import registry
+from accelpipe import recipes, registry
 from accelpipe.errors import ConfigError
 
 QUALITY_TARGETS = Path(__file__).with_name("quality_targets.yaml")
 SCHEMA = Path(__file__).parent / "schemas" / "quality_targets.schema.yaml"
 VERDICT_KEY = "quality_target"  # metrics.json's block
+# How a published figure was computed (quality_targets.yaml's `computed`, its schema's enum).
+COMPUTED = {
+    "final": "one run's final model",
+    "best_epoch": "the best evaluation of one run",
+    "fold_mean_of_best_epochs": "each fold's best evaluation, averaged over the folds",
+    "best_of_grid": "the best of a grid of runs",
+    "median_of_runs": "the median over several runs",
+    "threshold": "a benchmark's threshold (a bar, not a measurement)",
+    "none": "nothing published",
+    "unknown": "computed in a way its source does not say",
+}
+OURS_COMPUTED = "final"  # metrics.json scores the run's trained model
+CONFIGURED = "config"  # the recipe of a target the config sets
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,11 @@ class QualityTarget:
     value: float | None  # a fraction 0..1; None: nothing published (`note` says why)
     source: str
     definition: str
+    # the release or commit of the recipe the figure was measured with (quality_targets.yaml
+    # requires it; a target built in code is the caller's own bar, as the config's is)
+    recipe: str = CONFIGURED
+    computed: str = "threshold"  # a key of COMPUTED
+    computed_note: str | None = None
     note: str | None = None
 
 
@@ -74,13 +94,42 @@ def target_for(workload: str, configured: float | None) -> QualityTarget:
         published,
         value=configured,
         source=f"config key '{workload}.target' (published: {published.value}, {published.source})",
+        recipe=CONFIGURED,
+        computed="threshold",
+        computed_note="the config's own bar, not a published figure",
         note=None,
     )
 
 
+def differences(target: QualityTarget) -> list[str] | None:
+    """Why reaching `target` is not like for like with the published figure: another recipe,
+    or a figure computed otherwise than one run's final model. [] where it is comparable (a
+    benchmark's threshold, or our recipe's final model); None for a target the config sets
+    (its own bar) or where nothing is published."""
+    if target.recipe == CONFIGURED or target.value is None:
+        return None
+    if target.computed == "threshold":
+        return []
+    ours = recipes.recipe_id(target.workload)
+    found = []
+    if target.recipe != ours:
+        found.append(
+            f"the target was measured with another recipe ({target.recipe}); this run follows "
+            f"{ours}"
+        )
+    if target.computed != OURS_COMPUTED:
+        found.append(
+            f"the target is {COMPUTED[target.computed]}; this run's value is "
+            f"{COMPUTED[OURS_COMPUTED]}"
+        )
+    return found
+
+
 def verdict(metrics: Mapping[str, Any], target: QualityTarget) -> dict[str, Any]:
     """Whether `metrics` reach `target` (value >= target): `reached` true or false, or null with
-    the reason where it cannot be decided (no target, or no value of the metric)."""
+    the reason where it cannot be decided (no target, or no value of the metric); the target's
+    recipe and how it was computed, and whether the verdict is `comparable` with the published
+    figure (null for the config's own target), with the `differences` where it is not."""
     value = metrics.get(target.metric)
     reached: bool | None = None
     reason = None
@@ -90,12 +139,19 @@ def verdict(metrics: Mapping[str, Any], target: QualityTarget) -> dict[str, Any]
         reason = f"metrics.json has no value of {target.metric}"
     else:
         reached = bool(value >= target.value)
+    found = differences(target)
     return {
         "metric": target.metric,
         "value": value,
         "target": target.value,
         "reached": reached,
         "source": target.source,
+        "recipe": target.recipe,
+        "our_recipe": recipes.recipe_id(target.workload),
+        "computed": target.computed,
+        "computed_note": target.computed_note,
         "definition": target.definition,
+        "comparable": None if found is None else not found,
+        "differences": found or [],
         "not_decided": reason,
     }

@@ -119,7 +119,8 @@ VERDICT = (
     "reference_comparable",
     "ratio is",
     "comparable where the figure's conditions (device family, precision, batch per card, "
-    "cards, how its rate was computed, real data, input pipeline) match the run's, else "
+    "cards, how its rate was computed, real data, input pipeline, the recipe's release) match "
+    "the run's, else "
     "indicative; the cell's title and the notes list each difference",
 )
 # The runs table: a run's numbers after its metric's value; the ratio's verdict follows RATIO.
