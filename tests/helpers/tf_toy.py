@@ -85,7 +85,13 @@ def evaluated_job(target: float | None) -> Callable[[TFTrain, TFDevice], TFTrain
 
     def make(cfg: TFTrain, device: TFDevice) -> TFTrainJob:
         job = make_job(cfg, device)
-        return dataclasses.replace(job, evaluation=InTrainingEval(validation_score, goal))
+        evaluation = InTrainingEval(
+            validation_score,
+            goal,
+            train_samples=STEPS_PER_EPOCH * cfg.batch_size,
+            eval_samples=32,  # validation_score's points
+        )
+        return dataclasses.replace(job, evaluation=evaluation)
 
     return make
 

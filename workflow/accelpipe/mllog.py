@@ -1,4 +1,4 @@
-"""MLPerf's training log, ``mllog.txt``: its keys, a writer that appends to it, a checker.
+"""MLPerf's training log, ``mllog.txt``: its keys and a writer that appends to it.
 
 Format (what MLPerf's tools read: mlperf_logging's parser takes the lines that start with
 ``:::MLLOG `` and json-decodes the rest). One event a line::
@@ -30,8 +30,10 @@ logged. Times come from an injectable clock (integer milliseconds); a time befor
 last one (a wall clock stepped back) is written as that last time, so the log stays ordered.
 Values and metadata are encoded deterministically: keys sorted, ASCII only (MLPerf's parser
 reads the file as latin-1), no NaN or infinity (not JSON); numpy scalars and arrays become
-plain numbers and lists. The writer refuses what the checker would reject on the line itself:
-an event type other than the key's, missing metadata, a value of the wrong kind.
+plain numbers and lists. The writer refuses a line MLPerf's rules reject on its own: an event
+type other than the key's, missing metadata, a value of the wrong kind. Whole logs are checked
+by MLCommons' own compliance checker (mlperf-logging, a test dependency only:
+tests/helpers/evaluation_checks.py runs it on every log the tests write).
 
 Resuming: opening an existing log appends to it (a resumed run continues its log). Before it
 does, ``cut`` drops what the killed attempt logged after its last checkpoint, by either mark:
@@ -44,25 +46,6 @@ does, ``cut`` drops what the killed attempt logged after its last checkpoint, by
 
 A torn last line (the process killed mid-write) goes in both cases. The resumed run must not
 log init_stop or run_start again: MLPerf times a run from its one run_start to its one run_stop.
-
-Checking (``check``): a list of ``Problem``s, each naming its line (1-based); empty is valid.
-
-- every line is ``:::MLLOG `` and a JSON object with exactly the six fields and their types;
-- each key's event type, metadata and value are those of ``KEYS`` (above);
-- ``time_ms`` never decreases;
-- the required keys are present (``REQUIRED`` by default: the submission facts, global batch
-  size, base learning rate, seed, init_start/stop, run_start/stop; MLPerf's
-  EXACTLY_ONE/AT_LEAST_ONE keys of common.yaml), and init_stop, run_start and run_stop once;
-- init_start before init_stop, init_stop before run_start, run_start before run_stop
-  (common.yaml's init/run state); epochs and blocks start after run_start;
-- every epoch_start N has an epoch_stop N after it, and epochs do not overlap; likewise blocks
-  (by first_epoch_num);
-- eval_start/eval_stop pairs do not overlap, a stop names its start's epoch, and at least one
-  eval_accuracy lies between them, of the same epoch (MLPerf's reference implementations);
-- run_stop is the last timing event: after it only POINT_IN_TIME facts, no eval_accuracy.
-
-A missing key is reported at the log's last line. Ordering rules bind keys that are present;
-presence is the required list's business.
 """
 
 from __future__ import annotations
@@ -73,9 +56,10 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 FILENAME = "mllog.txt"
 PREFIX = ":::MLLOG "
@@ -172,22 +156,6 @@ KEYS: dict[str, Rule] = {
 }
 _FACT = Rule(POINT_IN_TIME)  # a key outside the table
 
-REQUIRED = (
-    SUBMISSION_BENCHMARK,
-    SUBMISSION_DIVISION,
-    SUBMISSION_ORG,
-    SUBMISSION_PLATFORM,
-    SUBMISSION_STATUS,
-    GLOBAL_BATCH_SIZE,
-    OPT_BASE_LR,
-    SEED,
-    INIT_START,
-    INIT_STOP,
-    RUN_START,
-    RUN_STOP,
-)
-ONCE = (INIT_STOP, RUN_START, RUN_STOP)  # MLPerf's EXACTLY_ONE timing keys
-
 _METHOD = {INTERVAL_START: "start", INTERVAL_END: "end", POINT_IN_TIME: "event"}
 
 
@@ -208,15 +176,6 @@ class Entry:
     metadata: dict[str, object]
 
 
-@dataclass(frozen=True)
-class Problem:
-    line: int  # 1-based; a log's last line for what it lacks, 0 for an empty log
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.message}"
-
-
 # -- one line ------------------------------------------------------------------------------
 
 
@@ -224,7 +183,7 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _is_count(x: object) -> bool:
+def _is_count(x: object) -> TypeGuard[int]:
     """An integer >= 0 (not a bool)."""
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
@@ -536,6 +495,22 @@ def _eval_stop(entries: Sequence[Entry | None], start: int, epoch: int) -> int |
     return None
 
 
+def converged_epoch(path: str | os.PathLike[str]) -> int | None:
+    """The epoch after which a log's run_stop with status success ended MLPerf's run (the
+    epoch_num of the last line before it that has one; 0 where none has); None where the log
+    has no such run_stop (an aborted one does not end a run that is resumed to train on)."""
+    epoch = 0
+    for e in _entries(_lines(Path(path))):
+        if e is None:
+            continue
+        if e.key == RUN_STOP and e.metadata.get(STATUS) == SUCCESS:
+            return epoch
+        number = e.metadata.get(EPOCH_NUM)
+        if _is_count(number):
+            epoch = number
+    return None
+
+
 def cut(
     path: str | os.PathLike[str], *, after_ms: int | None = None, after_epoch: int | None = None
 ) -> int:
@@ -575,207 +550,3 @@ def cut(
         Path(tmp).unlink(missing_ok=True)
         raise
     return len(lines) - keep + torn
-
-
-# -- checking ------------------------------------------------------------------------------
-
-
-def _source_lines(source: str | os.PathLike[str] | Iterable[str]) -> list[str]:
-    if isinstance(source, str | os.PathLike):
-        return Path(source).read_text(encoding="utf-8", errors="replace").splitlines()
-    return [text.rstrip("\r\n") for text in source]
-
-
-def _ident(e: Entry, names: Sequence[str]) -> tuple[str, object] | None:
-    """What pairs a start with its stop: the first of names the line's metadata has."""
-    for name in names:
-        if name in e.metadata and _is_int(e.metadata[name]):
-            return name, e.metadata[name]
-    return None
-
-
-def _label(ident: tuple[str, object] | None) -> str:
-    return (
-        ""
-        if ident is None
-        else f" {ident[1]}"
-        if ident[0] == EPOCH_NUM
-        else f" ({ident[0]} {ident[1]})"
-    )
-
-
-class _Order:
-    """The ordering rules, fed the parsed entries in order."""
-
-    def __init__(self, first: Mapping[str, int], problems: list[Problem]) -> None:
-        self.first = first  # key -> line of its first occurrence
-        self.problems = problems
-        self.seen: dict[str, int] = {}
-        self.run_stop: int | None = None
-        self.epoch: tuple[Entry, tuple[str, object] | None] | None = None
-        self.block: tuple[Entry, tuple[str, object] | None] | None = None
-        self.eval: tuple[Entry, tuple[str, object] | None, int] | None = None
-
-    def problem(self, line: int, message: str) -> None:
-        self.problems.append(Problem(line, message))
-
-    def before(self, e: Entry, key: str) -> None:
-        """A problem where key is logged, but only after e."""
-        if key in self.first and self.first[key] > e.line:
-            self.problem(e.line, f"{e.key} comes before {key} (line {self.first[key]})")
-
-    def feed(self, e: Entry) -> None:
-        rule = KEYS.get(e.key, _FACT)
-        if self.run_stop is not None and (
-            rule.event_type != POINT_IN_TIME or e.key == EVAL_ACCURACY
-        ):
-            self.problem(
-                e.line,
-                f"{e.key} after run_stop (line {self.run_stop}): only POINT_IN_TIME facts "
-                "may follow",
-            )
-            return
-        if e.key in ONCE and e.key in self.seen:
-            self.problem(e.line, f"a second {e.key} (the first is line {self.seen[e.key]})")
-            return
-        self.seen.setdefault(e.key, e.line)
-        if e.key == INIT_START:
-            for later in (INIT_STOP, RUN_START):
-                if later in self.seen:
-                    self.problem(e.line, f"init_start after {later} (line {self.seen[later]})")
-                    break
-        elif e.key == INIT_STOP:
-            self.before(e, INIT_START)
-        elif e.key == RUN_START:
-            self.before(e, INIT_STOP)
-        elif e.key == RUN_STOP:
-            self.before(e, RUN_START)
-            self.run_stop = e.line
-        elif e.key in (EPOCH_START, BLOCK_START):
-            self.before(e, RUN_START)
-            self.open(e)
-        elif e.key in (EPOCH_STOP, BLOCK_STOP):
-            self.close(e)
-        elif e.key in (EVAL_START, EVAL_STOP, EVAL_ACCURACY):
-            self.evaluation(e)
-
-    def open(self, e: Entry) -> None:
-        names = (
-            (EPOCH_NUM, SAMPLES_COUNT) if e.key == EPOCH_START else (FIRST_EPOCH_NUM, SAMPLES_COUNT)
-        )
-        current = self.epoch if e.key == EPOCH_START else self.block
-        if current is not None:
-            self.unclosed(*current)
-        opened = (e, _ident(e, names))
-        if e.key == EPOCH_START:
-            self.epoch = opened
-        else:
-            self.block = opened
-
-    def close(self, e: Entry) -> None:
-        epoch = e.key == EPOCH_STOP
-        names = (EPOCH_NUM, SAMPLES_COUNT) if epoch else (FIRST_EPOCH_NUM, SAMPLES_COUNT)
-        ident = _ident(e, names)
-        current = self.epoch if epoch else self.block
-        start = EPOCH_START if epoch else BLOCK_START
-        if current is None or current[1] != ident:
-            self.problem(e.line, f"{e.key}{_label(ident)} has no {start}{_label(ident)} open")
-            return
-        if epoch:
-            self.epoch = None
-        else:
-            self.block = None
-
-    def unclosed(self, start: Entry, ident: tuple[str, object] | None) -> None:
-        stop = {EPOCH_START: EPOCH_STOP, BLOCK_START: BLOCK_STOP, EVAL_START: EVAL_STOP}[start.key]
-        self.problem(
-            start.line, f"{start.key}{_label(ident)} has no {stop}{_label(ident)} after it"
-        )
-
-    def evaluation(self, e: Entry) -> None:
-        ident = _ident(e, (EPOCH_NUM, SAMPLES_COUNT))
-        if e.key == EVAL_START:
-            if self.eval is not None:
-                self.unclosed(self.eval[0], self.eval[1])
-            self.eval = (e, ident, 0)
-        elif self.eval is None:
-            self.problem(e.line, f"{e.key}{_label(ident)} outside eval_start/eval_stop")
-        elif e.key == EVAL_ACCURACY:
-            start, opened, count = self.eval
-            if ident is not None and opened is not None and ident != opened:
-                self.problem(
-                    e.line,
-                    f"eval_accuracy{_label(ident)} inside eval_start{_label(opened)} "
-                    f"(line {start.line})",
-                )
-            self.eval = (start, opened, count + 1)
-        else:  # eval_stop
-            start, opened, count = self.eval
-            self.eval = None
-            if ident != opened:
-                self.problem(
-                    e.line,
-                    f"eval_stop{_label(ident)} closes eval_start{_label(opened)} "
-                    f"(line {start.line})",
-                )
-            elif count == 0:
-                self.problem(
-                    e.line, f"no eval_accuracy between eval_start (line {start.line}) and eval_stop"
-                )
-
-    def finish(self) -> None:
-        for current in (self.block, self.epoch):
-            if current is not None:
-                self.unclosed(*current)
-        if self.eval is not None:
-            self.unclosed(self.eval[0], self.eval[1])
-
-
-def check(
-    source: str | os.PathLike[str] | Iterable[str], required: Iterable[str] = REQUIRED
-) -> list[Problem]:
-    """The problems of a log (a path, or its lines), by line; empty where it is valid."""
-    lines = _source_lines(source)
-    problems: list[Problem] = []
-    entries: list[Entry] = []
-    present: set[str] = set()
-    for number, text in enumerate(lines, 1):
-        try:
-            entries.append(parse(text, number))
-        except MLLogError as wrong:
-            problems.append(Problem(number, str(wrong)))
-            present.add(_loose_key(text))  # a malformed line still holds its key
-    first: dict[str, int] = {}
-    for e in entries:
-        first.setdefault(e.key, e.line)
-        present.add(e.key)
-    order = _Order(first, problems)
-    last_ms: int | None = None
-    for e in entries:
-        problems.extend(
-            Problem(e.line, m) for m in rule_problems(e.event_type, e.key, e.value, e.metadata)
-        )
-        if last_ms is not None and e.time_ms < last_ms:
-            problems.append(
-                Problem(e.line, f"time_ms {e.time_ms} is before {last_ms}, an earlier line's")
-            )
-        last_ms = e.time_ms if last_ms is None else max(last_ms, e.time_ms)
-        order.feed(e)
-    order.finish()
-    end = len(lines)
-    for key in dict.fromkeys(required):
-        if key not in present:
-            problems.append(Problem(end, f"the log has no {key}"))
-    return sorted(problems, key=lambda p: p.line)
-
-
-def _loose_key(text: str) -> str:
-    """The key of a line that does not parse, where it has one."""
-    if not text.startswith(PREFIX):
-        return ""
-    try:
-        record = json.loads(text.rstrip("\r\n")[len(PREFIX) :])
-    except json.JSONDecodeError:
-        return ""
-    key = record.get("key") if isinstance(record, dict) else None
-    return key if isinstance(key, str) else ""

@@ -15,7 +15,7 @@ import pytest
 from accelpipe import mllog
 from accelpipe.engines.evaluations import EVAL_LOG
 from tests.helpers import tf_toy
-from tests.helpers.evaluation_checks import check_epoch_numbers
+from tests.helpers.evaluation_checks import check_epoch_numbers, check_mlperf_log
 from tests.helpers.settings import tf_run
 
 pytestmark = pytest.mark.tensorflow
@@ -58,8 +58,9 @@ def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(
     )
     run_s = [float(r["run_s"]) for r in rows]
     assert run_s == sorted(run_s)
-    assert mllog.check(tmp_path / "stop" / mllog.FILENAME) == []
-    assert mllog.check(tmp_path / "straight" / mllog.FILENAME) == []
+    # MLCommons' checker passes both logs; MLPerf's time to train is the time to target
+    check_mlperf_log(tmp_path / "stop" / mllog.FILENAME, run_s[-1])
+    check_mlperf_log(tmp_path / "straight" / mllog.FILENAME, None)  # the target: none
     last = (tmp_path / "stop" / mllog.FILENAME).read_text().splitlines()[-1]
     assert mllog.parse(last).metadata["status"] == "success"
     for work in ("straight", "stop"):  # train_log.csv counts epochs from 1 too
@@ -82,7 +83,7 @@ def test_a_resumed_run_keeps_every_evaluation_exactly_once(tmp_path: Path) -> No
     assert [r["value"] for r in rows] == expected
     assert float(rows[2]["run_s"]) > carried  # the clock went on from the checkpoint's
     log = work / mllog.FILENAME
-    assert mllog.check(log) == []
+    check_mlperf_log(log, None, timed=False)
     keys = [mllog.parse(line).key for line in log.read_text().splitlines()]
     # the first attempt's run_stop is cut: one run over both attempts
     assert (keys.count("run_start"), keys.count("run_stop"), keys.count("eval_accuracy")) == (
@@ -126,4 +127,4 @@ def test_two_workers_stop_together_at_the_chiefs_evaluation(tmp_path: Path) -> N
     assert (facts["steps"], facts["evaluations"], facts["stopped_at_target"]) == (3, 1, True)
     assert json.loads((out / "facts1.json").read_text()) is None  # only the chief reports
     assert [r["epoch"] for r in _evaluations(out)] == ["1"]
-    assert mllog.check(out / mllog.FILENAME) == []
+    check_mlperf_log(out / mllog.FILENAME, float(_evaluations(out)[0]["run_s"]))

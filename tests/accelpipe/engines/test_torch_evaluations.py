@@ -18,7 +18,7 @@ from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.torch_trainer import CHECKPOINT, Trainer, TrainJob, seed_everything
 from accelpipe.quality import QualityTarget
 from accelpipe.settings import ProfileSchedule, ProfileSettings
-from tests.helpers.evaluation_checks import check_epoch_numbers
+from tests.helpers.evaluation_checks import check_epoch_numbers, check_mlperf_log, mlperf_verdict
 from tests.helpers.settings import torch_train
 
 pytestmark = pytest.mark.torch
@@ -63,7 +63,9 @@ def _trainer(
         torch.nn.functional.cross_entropy,
         _batches,
         STEPS,
-        evaluation=InTrainingEval(score or _accuracy, goal),
+        evaluation=InTrainingEval(
+            score or _accuracy, goal, train_samples=STEPS * 16, eval_samples=len(VAL_Y)
+        ),
     )
     cfg = torch_train(epochs=epochs, lr=0.05, batch_size=16, **train)
     profile = ProfileSettings(False, ProfileSchedule(wait=1, warmup=1, active=1, repeat=1))
@@ -76,10 +78,16 @@ def _evaluations(work: Path) -> list[dict[str, str]]:
 
 
 def _mllog(work: Path) -> list[mllog.Entry]:
-    """mllog.txt's events, after MLPerf's format rules found nothing wrong with it."""
+    """mllog.txt's events, after MLCommons' compliance checker found nothing wrong with it."""
     path = work / mllog.FILENAME
-    assert mllog.check(path) == []
+    assert mlperf_verdict(path).problems == []
     return [mllog.parse(line) for line in path.read_text().splitlines()]
+
+
+def _time_to_target(work: Path) -> float | None:
+    """The run time of the first evaluation that reached the target (None: none did)."""
+    reached = [float(r["run_s"]) for r in _evaluations(work) if r["reached"] == "1"]
+    return reached[0] if reached else None
 
 
 def _epochs(entries: list[mllog.Entry], key: str) -> list[int]:
@@ -134,10 +142,17 @@ def test_stop_at_target_ends_training_at_the_first_evaluation_that_reaches_it(
     entries = _mllog(tmp_path / "stop")
     assert _epochs(entries, "eval_accuracy") == list(range(1, first + 1))
     assert entries[-1].key == "run_stop" and entries[-1].metadata["status"] == "success"
-    # without stop_at_target the run reaches it and trains on
+    check_mlperf_log(tmp_path / "stop" / mllog.FILENAME, _time_to_target(tmp_path / "stop"))
+    # without stop_at_target the run reaches it and trains on; MLPerf's run ends at the target
     going_on = _trainer(tmp_path / "on", epochs=6, target=target, eval_every=1)
     going_on.fit()
     assert going_on.epoch == 6 and _evaluations(tmp_path / "on")[first - 1]["reached"] == "1"
+    entries = _mllog(tmp_path / "on")
+    assert _epochs(entries, "epoch_start") == _epochs(entries, "eval_accuracy")
+    assert _epochs(entries, "eval_accuracy") == list(range(1, first + 1))
+    assert entries[-1].key == "run_stop" and entries[-1].metadata["status"] == "success"
+    check_mlperf_log(tmp_path / "on" / mllog.FILENAME, _time_to_target(tmp_path / "on"))
+    check_epoch_numbers(tmp_path / "on")
 
 
 def _noisy_accuracy(model: torch.nn.Module) -> Mapping[str, Any]:
@@ -216,6 +231,22 @@ def test_a_run_that_reached_its_target_and_stopped_does_not_train_on_when_resume
     assert again.resume()
     again.fit()
     assert again.epoch == 1 and len(_evaluations(tmp_path)) == 1
+    keys = [e.key for e in _mllog(tmp_path)]
+    assert keys.count("run_start") == keys.count("run_stop") == 1
+
+
+def test_a_resumed_run_that_trains_past_its_target_keeps_the_log_that_ended_there(
+    tmp_path: Path,
+) -> None:
+    first = _trainer(tmp_path, epochs=2, target=0.0, eval_every=1)
+    first.fit()  # reached after epoch 1, trained on to 2; then resumed to train on to 4
+    logged = (tmp_path / mllog.FILENAME).read_text()
+    again = _trainer(tmp_path, epochs=4, target=0.0, eval_every=1)
+    assert again.resume() and again.epoch == 2
+    again.fit()
+    assert again.epoch == 4 and len(_evaluations(tmp_path)) == 4
+    assert (tmp_path / mllog.FILENAME).read_text() == logged  # MLPerf's run ended at epoch 1
+    assert _epochs(_mllog(tmp_path), "epoch_start") == [1]
 
 
 def test_eval_every_without_an_evaluation_from_the_workload_is_refused(tmp_path: Path) -> None:

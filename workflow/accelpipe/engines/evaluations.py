@@ -60,6 +60,10 @@ class InTrainingEval:
     # the metrics of the engine's model as it is now (the bare model, in inference mode)
     score: Callable[[Any], Mapping[str, Any]]
     target: QualityTarget
+    # the sizes of the training set and of the set `score` evaluates (MLPerf's train_samples
+    # and eval_samples: images, or volumes for the 3D datasets)
+    train_samples: int
+    eval_samples: int
 
 
 class RunClock:
@@ -195,6 +199,8 @@ class InTraining:
                 global_batch,
                 self.train.lr,
                 self.train.seed,
+                train_samples=self.evaluation.train_samples,
+                eval_samples=self.evaluation.eval_samples,
             )
             self.run_log.begin(epoch, facts)
         self.clock.start()
@@ -217,7 +223,10 @@ class InTraining:
         share: Callable[[bool], bool],
     ) -> None:
         """After `epoch` epochs (`step` steps, `samples` trained), where an evaluation is due:
-        score, log the row and the run log's lines, and share whether it reached the target."""
+        score, log the row and the run log's lines, and share whether it reached the target.
+        MLPerf's run stops here (run_stop) at the first evaluation that reaches the target,
+        or at the last epoch's: its time to train ends with the evaluation, before the
+        checkpoint."""
         evaluations, evaluation = self.evaluations, self.evaluation
         if evaluations is None or evaluation is None:
             return
@@ -229,16 +238,20 @@ class InTraining:
             if self.run_log is not None:
                 self.run_log.eval_start(epoch)
             metrics = score()
-            if self.run_log is not None:
+            run_s, eval_s = self.clock.seconds(), time.perf_counter() - started
+            reached = verdict(metrics, evaluation.target)["reached"] is True
+            if self.run_log is not None:  # MLPerf's times end where run_s is read
                 self.run_log.eval_stop(epoch, metrics.get(evaluation.target.metric))
-            reached = evaluations.add(
+                if reached or epoch == self.train.epochs:
+                    self.run_log.end(reached or self.target_reached)
+            evaluations.add(
                 metrics,
                 evaluation.target,
                 epoch=epoch,
                 step=step,
                 samples=samples,
-                eval_s=time.perf_counter() - started,
-                run_s=self.clock.seconds(),
+                eval_s=eval_s,
+                run_s=run_s,
             )
             if evaluations.writes:
                 log.info("evaluation after epoch %d: %s", epoch, evaluations.rows[-1])
@@ -246,7 +259,8 @@ class InTraining:
             self.target_reached = True
 
     def end(self) -> None:
-        """Training is over: run_stop, success where an evaluation reached the target."""
+        """Training is over: run_stop, success where an evaluation reached the target, unless
+        an evaluation logged it already."""
         if self.run_log is not None:
             self.run_log.end(self.target_reached)
 

@@ -3,16 +3,23 @@
 Written for runs that evaluate inside training (`train.eval_every`): MLPerf's log is a time
 to train, which needs evaluations (`eval_accuracy`) and a target. The engines call it where
 MLPerf's reference implementations log: `RunLog` is made when the train process starts
-(`init_start`); `begin` after the model, the data, the resume and the matmul probe
-(`init_stop`, `run_start`); `epoch_start`/`epoch_stop` around each epoch (epoch_num 1-based:
+(`cache_clear` and `init_start` carry that time); `begin` after the model, the data, the
+resume and the matmul probe (the submission facts, `train_samples`/`eval_samples`,
+`init_stop`, `run_start`); `epoch_start`/`epoch_stop` around each epoch (epoch_num 1-based:
 the epoch being trained); `eval_start`/`eval_stop` around each evaluation, with
-`eval_accuracy` (epoch_num: the epochs done); `end` (`run_stop`: `success` where an evaluation
-reached the target, else `aborted`, as MLPerf's status says whether a run converged).
+`eval_accuracy` (epoch_num: the epochs done); `end` (`run_stop`).
+
+`run_stop` ends MLPerf's run where its time to train ends, before any checkpoint or profiler
+export: right after the first evaluation that reaches the target (`success`), or after the
+last epoch's evaluation where none did (`aborted`). A run that trains on past its target
+(`train.stop_at_target` false) logs nothing more: MLPerf's run is over, and its time to train
+(run_start to run_stop) is performance.json's `time_to_target_s`.
 
 A resumed run keeps one log: `begin` cuts what the killed attempt logged after the epoch of
 its checkpoint (mllog.cut) and appends, without a second init or run_start, so the log's one
-run_start to its one run_stop spans the attempts. Only the process that writes the logs
-writes it.
+run_start to its one run_stop spans the attempts; a log whose run_stop (success) came at or
+before the checkpoint's epoch is finished and stays as it is. Only the process that writes the
+logs writes it.
 """
 
 from __future__ import annotations
@@ -27,14 +34,33 @@ log = logging.getLogger(__name__)
 DIVISION = mllog.OPEN  # not MLPerf's closed division: our models and data pipelines are our own
 STATUS = "research"  # MLPerf's submission_status for a system not offered on-premise or cloud
 ORG = "accelpipe"
+# MLPerf's name of the benchmark a workload is (submission_benchmark: its checker, result
+# summarizer and RCP checker look the name up); the workloads that are none log their own name
+MLPERF_BENCHMARKS = {"resnet50": "resnet", "ssd": "ssd"}
+# MLPerf's cache_clear says whether the OS caches were dropped before the run: accelpipe does not
+# drop them (that needs root), so the log says so
+CACHE_CLEARED = False
+
+
+def benchmark_name(workload: str) -> str:
+    """submission_benchmark of a workload's log: MLPerf's name where it is an MLPerf benchmark."""
+    return MLPERF_BENCHMARKS.get(workload, workload)
 
 
 def mlperf_facts(
-    benchmark: str, platform: str, global_batch: int, base_lr: float, seed: int
+    workload: str,
+    platform: str,
+    global_batch: int,
+    base_lr: float,
+    seed: int,
+    *,
+    train_samples: int,
+    eval_samples: int,
 ) -> dict[str, object]:
-    """The submission and hyperparameter facts MLPerf requires in every log."""
+    """The submission and hyperparameter facts MLPerf requires in every log; `train_samples`
+    and `eval_samples`: the sizes of the training and the evaluation set."""
     return {
-        mllog.SUBMISSION_BENCHMARK: benchmark,
+        mllog.SUBMISSION_BENCHMARK: benchmark_name(workload),
         mllog.SUBMISSION_DIVISION: DIVISION,
         mllog.SUBMISSION_ORG: ORG,
         mllog.SUBMISSION_PLATFORM: platform,
@@ -42,6 +68,8 @@ def mlperf_facts(
         mllog.GLOBAL_BATCH_SIZE: global_batch,
         mllog.OPT_BASE_LR: base_lr,
         mllog.SEED: seed,
+        mllog.TRAIN_SAMPLES: train_samples,
+        mllog.EVAL_SAMPLES: eval_samples,
     }
 
 
@@ -67,6 +95,9 @@ class RunLog:
         if resumed_epoch == 0:
             self.path.unlink(missing_ok=True)
         elif self.path.exists():
+            converged = mllog.converged_epoch(self.path)
+            if converged is not None and converged <= resumed_epoch:
+                return  # MLPerf's run converged before the checkpoint: the log is whole
             try:
                 mllog.cut(self.path, after_epoch=resumed_epoch)
             except mllog.MLLogError as err:  # the run goes on; its log will not check
@@ -74,6 +105,7 @@ class RunLog:
         self._log = mllog.MLLog(self.path, clock=self._clock)
         if resumed_epoch == 0:
             self._at = self._init_ms
+            self._log.event(mllog.CACHE_CLEAR, CACHE_CLEARED)
             self._log.start(mllog.INIT_START)
             self._at = None
             for key, value in run_facts.items():
@@ -102,7 +134,8 @@ class RunLog:
         self._log.end(mllog.EVAL_STOP, metadata={mllog.EPOCH_NUM: epoch})
 
     def end(self, reached: bool) -> None:
-        """run_stop: success where an evaluation reached the target, else aborted."""
+        """run_stop (success where an evaluation reached the target, else aborted), unless
+        logged already; the log is closed: nothing after run_stop is MLPerf's run."""
         if self._log is None:
             return
         status = mllog.SUCCESS if reached else mllog.ABORTED

@@ -92,6 +92,8 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             evaluation = InTrainingEval(
                 lambda model: _scores(model, device, prepared, ev, size, index["classes"])[0],
                 quality.target_for("resnet50", cfg["target"]),
+                train_samples=len(dataset),
+                eval_samples=index["val"],
             )
         return TrainJob(
             build_model(cfg["model"], index["classes"]),

@@ -317,9 +317,12 @@ def _in_training(
     if not train_cfg.eval_every:
         return None
     ev = view(SegmenterEvaluate, cfg["evaluate"], where="segmenter.evaluate")
+    splits = read_json(prepared / "dataset.json")["splits"]
     return InTrainingEval(
         lambda model: _scores(model, prepared, ev, window)[0],
         quality.target_for("segmenter", cfg["target"]),
+        train_samples=splits["train"]["images"],
+        eval_samples=splits["val"]["images"],
     )
 
 

@@ -218,8 +218,12 @@ def _in_training(cfg: dict[str, Any], train_cfg: SSDTrain, prepared: Path) -> In
     if not train_cfg.eval_every:
         return None
     ev = view(SSDEvaluate, cfg["evaluate"], where="ssd.evaluate")
+    splits = read_json(prepared / "dataset.json")["splits"]
     return InTrainingEval(
-        lambda model: _scores(model, prepared, ev)[0], quality.target_for("ssd", cfg["target"])
+        lambda model: _scores(model, prepared, ev)[0],
+        quality.target_for("ssd", cfg["target"]),
+        train_samples=splits["train"]["images"],
+        eval_samples=splits["val"]["images"],
     )
 
 

@@ -102,7 +102,12 @@ def _in_training(
         dice = [d for *_, d in _scored_cases(model, device, prepared, cfg, settings)]
         return _dice_metrics(cfg, label, dice)
 
-    return InTrainingEval(score, quality.target_for("swinunetr", cfg["target"]))
+    return InTrainingEval(
+        score,
+        quality.target_for("swinunetr", cfg["target"]),
+        train_samples=len(volumes.datalist(prepared, "training")),
+        eval_samples=len(volumes.datalist(prepared, "validation")),
+    )
 
 
 def _model_from_checkpoint(checkpoint: dict[str, Any]) -> torch.nn.Module:

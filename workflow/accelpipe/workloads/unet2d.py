@@ -126,9 +126,12 @@ def _in_training(
     if not train_cfg.eval_every:
         return None
     ev = view(UNet2DEvaluate, cfg["evaluate"], where="unet2d.evaluate")
+    cases = split(prepared, run)
     return InTrainingEval(
         lambda model: score(model, device, prepared, run, ev.batch_size),
         quality.target_for("unet2d", cfg["target"]),
+        train_samples=len(cases["train"]),
+        eval_samples=len(cases["val"]),
     )
 
 
