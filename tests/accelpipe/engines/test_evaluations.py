@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.engines.evaluations import EVAL_FIELDS, EVAL_LOG, Evaluations, RunClock, due
-from accelpipe.quality import QualityTarget
+from accelpipe.engines.evaluations import (
+    EVAL_FIELDS,
+    EVAL_LOG,
+    Evaluations,
+    RunClock,
+    due,
+    reaches,
+)
+from accelpipe.quality import QualityTarget, verdict
 
 TARGET = QualityTarget("resnet50", "top1", 0.5, "a test", "top-1 of the test")
 
@@ -85,3 +92,14 @@ def test_the_run_clock_adds_this_attempts_time_to_what_the_checkpoint_carried() 
     clock.start()
     time.sleep(0.01)
     assert clock.seconds() >= 100.01
+
+
+@pytest.mark.parametrize(
+    ("value", "bar"),
+    [(0.5, 0.4), (0.4, 0.4), (0.3, 0.4), (None, 0.4), (float("nan"), 0.4), (0.9, None)],
+)
+def test_reaches_judges_as_the_verdict_does(value: float | None, bar: float | None) -> None:
+    """MLPerf's run_stop is decided by `reaches` before eval_log.csv's verdict is taken."""
+    target = QualityTarget("unet2d", "mean_dice", bar, "the test", "mean Dice")
+    judged = verdict({"mean_dice": value}, target)["reached"]
+    assert reaches(value, target) is (judged is True)
