@@ -1,6 +1,7 @@
 rule benchmark_row:
     input:
         unpack(preflight_input),
+        unpack(run_weights_input),
         data=prepared_dir,
     output:
         directory("work/{workload}/benchmark/{row}"),
@@ -22,12 +23,13 @@ rule benchmark_row:
         framework=framework,
         image=image_key,
         code=code_for("train"),
+        weights=run_weights_arg,
         cfg=benchmark_row_config,
         run=benchmark_run,
     shell:
         "accelpipe --log {log:q} --framework {params.framework:q} --accel {resources.accel:q}"
         " train --workload {wildcards.workload:q} --run {params.run:q} --prepared {input.data:q} --config-json {params.cfg:q}"
-        " --out {output:q} --threads {threads:q}"
+        " --out {output:q} --threads {threads:q} --weights={params.weights:q}"
 
 
 rule benchmark:

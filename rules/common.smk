@@ -10,7 +10,15 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe import images, preflight, provenance, registry, stage_config, targets
+from accelpipe import (
+    images,
+    preflight,
+    pretrained,
+    provenance,
+    registry,
+    stage_config,
+    targets,
+)
 from accelpipe.codegraph import code_key, stage_code
 from accelpipe.compare.runs import AGGREGATES, finished_runs, run_files, run_of
 from accelpipe.config import run_train as run_train_settings
@@ -82,13 +90,17 @@ def host_paths():
     for block in config["datasets"].values():
         if block["source"].startswith("path:"):
             paths.append(os.path.abspath(block["source"].removeprefix("path:")))
+    paths += [os.path.abspath(p) for p in pretrained.host_paths(config)]
     return paths
 
 
 def framework(wildcards):
-    """The framework whose image runs the job: its workload's, else its dataset's."""
+    """The framework whose image runs the job: its workload's, else its dataset's (or, for
+    starting weights, their workload's)."""
     if "workload" in wildcards.keys():
         return checked(registry.workload, wildcards.workload).framework
+    if "weights" in wildcards.keys():
+        return checked(pretrained.framework, config, wildcards.weights)
     return checked(registry.dataset, wildcards.dataset).framework
 
 
@@ -291,6 +303,28 @@ def publish_config(wildcards):
 def stage_json(slice_of, *names):
     """A stage's config slice (accelpipe.stage_config) as the JSON its rule passes."""
     return as_json(checked(slice_of, config, *names))
+
+
+# Starting weights (rules/weights.smk): a train job (and a benchmark row) depends on them only
+# where its model names a pretrained source.
+def weights_config(wildcards):
+    return as_json(checked(pretrained.weights_slice, config, wildcards.weights))
+
+
+def run_weights_input(wildcards):
+    """{"weights": folder} where the run's model starts from pretrained weights, else {}."""
+    if "run" in wildcards.keys():
+        name = checked(
+            pretrained.run_weights, config, wildcards.workload, wildcards.run
+        )
+    else:  # a benchmark row: the workload's own model
+        name = checked(pretrained.base_weights, config, wildcards.workload)
+    return {"weights": f"{DATA}/weights/{name}"} if name else {}
+
+
+def run_weights_arg(wildcards):
+    """train's --weights: the folder, or empty where the model starts from random init."""
+    return run_weights_input(wildcards).get("weights", "")
 
 
 def raw_dir(wildcards):

@@ -1,6 +1,7 @@
 rule train:
     input:
         unpack(preflight_input),
+        unpack(run_weights_input),
         data=prepared_dir,
     output:
         directory("work/{workload}/{run}/train"),
@@ -22,8 +23,9 @@ rule train:
         framework=framework,
         image=image_key,
         code=code_for("train"),
+        weights=run_weights_arg,
         cfg=train_config,
     shell:
         "accelpipe --log {log:q} --framework {params.framework:q} --accel {resources.accel:q}"
         " train --workload {wildcards.workload:q} --run {wildcards.run:q} --prepared {input.data:q} --config-json {params.cfg:q}"
-        " --out {output:q} --threads {threads:q}"
+        " --out {output:q} --threads {threads:q} --weights={params.weights:q}"

@@ -52,6 +52,7 @@ LAYERS = {
     "seeds": CONFIG,  # a run's seed runs (<workload>.seeds)
     "codegraph": CONFIG,
     "targets": CONFIG,
+    "pretrained": CONFIG,  # which converted starting weights a run's model starts from
     "runtime": CONFIG,
     "datasets": DATASETS,  # offline: raw sources and preparation
     "devices": DEVICES,
@@ -59,6 +60,8 @@ LAYERS = {
     "losses": MODELS,
     "metrics": MODELS,
     "optim": MODELS,
+    # the weights stage: starting weights fetched, checked and converted into a model's names
+    "weights": MODELS,
     "inputs": INPUTS,  # training-time input pipelines over prepared data
     "launch": LAUNCH,
     "engines": ENGINES,

@@ -10,7 +10,7 @@ from accelpipe.errors import ConfigError
 from accelpipe.grid import expand, value_slug
 
 SEED_GRID = {  # the hackathon's RayTune grid: pretrained x model x mask_decoder
-    "model.pretrained": [None, "path:/weights/ViT-B_16_imagenet21k.npz"],
+    "model.pretrained": ["none", "path:/weights/ViT-B_16_imagenet21k.npz"],
     "model.encoder": ["B_16", "L_32"],
     "model.decoder": ["mask", "linear"],
 }

@@ -128,28 +128,50 @@ def test_two_worker_run_shards_the_data(project: Project) -> None:
     assert len(losses) == 6 and all(math.isfinite(v) and v > 0 for v in losses)
 
 
-def test_pretrained_encoder_npz_is_checked_and_loaded(project: Project, tmp_path: Path) -> None:
-    """An npz in the ViT layout, given by path with its sha256, lands in the encoder."""
+def test_pretrained_encoder_is_downloaded_converted_and_loaded(
+    project: Project, tmp_path: Path
+) -> None:
+    """model.pretrained augreg: the weights stage downloads the encoder's npz (in the original
+    ViT layout, served on 127.0.0.1 with its sha256), converts it once into
+    data/weights/vit-tiny-augreg, and the run's train job starts from it; without pretrained
+    weights the train job does not depend on that stage. A wrong sha256 fails naming it and
+    leaves the published run as it was."""
     from accelpipe.keras2 import keras
     from accelpipe.models import segmenter, vit_npz
 
     keras.utils.set_random_seed(3)
     source = segmenter.build_segmenter(150, 32, encoder="tiny", decoder="mask")
-    npz = tmp_path / "ViT-tiny_test.npz"
-    vit_npz.save_npz(source, npz)
+    (tmp_path / "www").mkdir()
+    npz = vit_npz.save_npz(source, tmp_path / "www" / "Ti_8-augreg.npz")
     digest = hashlib.sha256(npz.read_bytes()).hexdigest()
-    override = {"model": {"encoder": "tiny", "image_size": 32}}
-    override["model"] |= {"pretrained": f"path:{npz}", "pretrained_sha256": digest}
-    project.snakemake("work/segmenter/fp32/train", "--config", "segmenter=" + json.dumps(override))
-    stage = json.loads((project.root / "work/segmenter/fp32/train/stage.json").read_text())
-    assert stage["pretrained"]["sha256"] == digest
+    target = "work/segmenter/fp32/train"
+    assert project.planned_jobs(target, "--forcerun", "train") == {"train": 1}  # random init
+    with FileServer(tmp_path / "www") as server:
+        weights = {"url": server.url(npz.name), "sha256": digest}
 
-    wrong = override | {"model": override["model"] | {"pretrained_sha256": "0" * 64}}
-    published = project.root / RUNS[1] / "metrics.json"
-    before = published.read_bytes()
-    failed = project.snakemake(RUNS[1], "--config", "segmenter=" + json.dumps(wrong), check=False)
+        def config(weights_file: dict) -> list[str]:
+            model = {"encoder": "tiny", "image_size": 32, "pretrained": "augreg"}
+            files = {"vit": {"augreg": {"tiny": weights_file}}}
+            return ["segmenter=" + json.dumps({"model": model}), "weights=" + json.dumps(files)]
+
+        assert project.planned_jobs(target, "--config", *config(weights)) == {
+            "weights": 1,
+            "train": 1,
+        }
+        project.snakemake(target, "--config", *config(weights))
+        stage = json.loads((project.root / target / "stage.json").read_text())
+        converted = project.root / "data/weights/vit-tiny-augreg"
+        made = json.loads((converted / "stage.json").read_text())
+        assert made["files"][0]["sha256"] == digest and made["converted"]["grid"] == [4, 4]
+        assert stage["pretrained"]["source"] == "augreg"
+        assert stage["pretrained"]["sha256"] == made["converted"]["sha256"]
+
+        published = project.root / RUNS[1] / "metrics.json"
+        before = published.read_bytes()
+        wrong = config(weights | {"sha256": "0" * 64})
+        failed = project.snakemake(RUNS[1], "--config", *wrong, check=False)
     assert failed.returncode != 0
-    assert f"{npz}: sha256" in failed.stdout + failed.stderr
+    assert f"has sha256 {digest}, expected {'0' * 64}" in failed.stdout + failed.stderr
     assert published.read_bytes() == before  # the published run is left as it was
 
 

@@ -116,17 +116,32 @@ def test_two_worker_run_shards_the_global_batch(project: Project) -> None:
 def test_pretrained_backbone_is_loaded_and_its_frozen_layers_kept(
     project: Project, tmp_path: Path
 ) -> None:
-    """A backbone checkpoint given by path: the frozen stem leaves training as loaded."""
+    """model.pretrained path:<checkpoint> (an air-gapped copy; no server): the weights stage
+    converts it into data/weights/, the train job depends on it and starts from it, and the
+    frozen stem leaves training as loaded. MLPerf's own checkpoint fits width 64 only: at the
+    tiny width the plan stops naming the key."""
     from accelpipe.keras2 import keras
     from accelpipe.models import ssd_resnet34
 
     keras.utils.set_random_seed(7)
     source = ssd_resnet34.build_ssd300(num_classes=6, width=8)
     prefix = ssd_resnet34.save_backbone(source, tmp_path / "backbone")
-    override = {"model": {"width": 8, "backbone_checkpoint": prefix}}
-    project.snakemake("work/ssd/fp32/train", "--config", "ssd=" + json.dumps(override))
+    override = {"model": {"width": 8, "pretrained": f"path:{prefix}"}}
+    config = ("--config", "ssd=" + json.dumps(override))
+    jobs = project.planned_jobs("work/ssd/fp32/train", *config)
+    assert jobs == {"weights": 1, "train": 1}
+    project.snakemake("work/ssd/fp32/train", *config)
     work = project.root / "work/ssd/fp32/train"
-    assert json.loads((work / "stage.json").read_text())["backbone_checkpoint"] == prefix
+    pretrained = json.loads((work / "stage.json").read_text())["pretrained"]
+    assert pretrained["source"] == f"path:{prefix}"
+    assert "data/weights/resnet34-path-" in pretrained["file"]
+    mlperf = {"model": {"pretrained": "mlperf"}}
+    refused = project.snakemake(
+        "work/ssd/fp32/train", "--config", "ssd=" + json.dumps(mlperf), check=False
+    )
+    assert refused.returncode != 0
+    message = "'ssd.model.pretrained': mlperf weights fit ssd.model.width 64, not 8"
+    assert message in refused.stdout + refused.stderr
     trained = ssd_resnet34.build_ssd300(num_classes=6, width=8)
     trained.load_weights(str(work / "model.weights.h5"))
     for name in ssd_resnet34.FROZEN_LAYERS:

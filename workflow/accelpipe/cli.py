@@ -91,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         ("--out", "prepared folder"),
     )
     prepare.add_argument("--workers", type=int, default=1, help="parallel processes (cases)")
+    _add(
+        sub,
+        "weights",
+        "fetch, check and convert a model's starting weights",
+        ("--name", "weights name, e.g. resnet34-mlperf"),
+        cfg,
+        ("--out", "converted weights folder"),
+        ("--downloads", "folder for partial and finished downloads (kept between runs)"),
+    )
     run = (("--workload", "workload name"), ("--run", "run name, e.g. fold0"))
     train = _add(
         sub,
@@ -100,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("--prepared", "prepared data"),
         cfg,
         ("--out", "train output folder"),
+    )
+    train.add_argument(
+        "--weights", default="", help="the weights stage's folder the model starts from, if any"
     )
     evaluate = _add(
         sub,

@@ -206,7 +206,7 @@ class ResNet50Model:
 @dataclass(frozen=True)
 class SSDModel:
     width: int
-    backbone_checkpoint: str | None
+    pretrained: str  # mlperf | none | path:<...> (accelpipe.pretrained)
     cosine_begin: float
     cosine_end: float
 
@@ -216,8 +216,7 @@ class SegmenterModel:
     encoder: str
     decoder: str
     image_size: int
-    pretrained: str | None
-    pretrained_sha256: str | None
+    pretrained: str  # augreg | none | path:<npz> (accelpipe.pretrained)
     drop_path: float
     dropout: float
     decoder_dropout: float

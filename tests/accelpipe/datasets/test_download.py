@@ -206,6 +206,21 @@ def test_wrong_sha1_names_sha1_and_removes_part(
     assert not part_path(dest).exists()
 
 
+def test_sha256_is_checked_on_disk_and_a_mismatch_names_it(
+    server: FileServer, payload: bytes, tmp_path: Path
+) -> None:
+    """Starting weights publish sha256 where they publish anything (accelpipe.weights)."""
+    digest = hashlib.sha256(payload).hexdigest()
+    good = _get(server, tmp_path / "good.bin", sha256=digest.upper())  # hex case does not matter
+    assert file_digest(good, "sha256") == digest
+    wrong = "0" * 64
+    with pytest.raises(DataError, match=f"sha256 mismatch .* expected {wrong}, got {digest}"):
+        _get(server, tmp_path / "bad.bin", sha256=wrong)
+    assert not part_path(tmp_path / "bad.bin").exists()
+    with pytest.raises(ValueError, match="not several"):
+        _get(server, tmp_path / "both.bin", md5=_md5(payload), sha256=digest)
+
+
 def test_sha1_cache_hit_makes_no_request(
     server: FileServer, payload: bytes, tmp_path: Path
 ) -> None:
@@ -218,8 +233,8 @@ def test_sha1_cache_hit_makes_no_request(
     assert dest.read_bytes() == payload and server.log == []
 
 
-def test_md5_and_sha1_together_are_refused(server: FileServer, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="md5 or sha1, not both"):
+def test_two_checksums_together_are_refused(server: FileServer, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="one of md5, sha1 and sha256, not several"):
         _get(server, tmp_path / "data.bin", md5="0" * 32, sha1="0" * 40)
     assert server.log == []
 

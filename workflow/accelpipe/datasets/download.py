@@ -1,9 +1,9 @@
-"""Resumable, verified, watched downloads, shared by every dataset.
+"""Resumable, verified, watched downloads, shared by every dataset and the starting weights.
 
 `download` streams into `<dest>.part` and only renames it onto `dest` once it is
-complete and the checksum (md5 or sha1, if given) of the file on disk matches, so an existing
-`dest` is always a finished file. A run that dies keeps its `.part`; the next attempt (or the
-next pipeline run) asks the server for the rest with an HTTP Range request.
+complete and the checksum (md5, sha1 or sha256, if given) of the file on disk matches, so an
+existing `dest` is always a finished file. A run that dies keeps its `.part`; the next attempt
+(or the next pipeline run) asks the server for the rest with an HTTP Range request.
 
 Two processes sharing a data_root (two checkouts, two users' jobs) never write one `.part`
 together: `<dest>.lock` lets one download while the other waits, bounded and naming the
@@ -94,13 +94,13 @@ def _hash_file(path: Path, algorithm: str, chunk_bytes: int = 1 << 20) -> HASH:
     return digest
 
 
-def _expected(md5: str | None, sha1: str | None) -> tuple[str, str] | None:
+def _expected(md5: str | None, sha1: str | None, sha256: str | None) -> tuple[str, str] | None:
     """(algorithm, lower-case hex) of the one checksum given, or None."""
-    if md5 is not None and sha1 is not None:
-        raise ValueError("download: give md5 or sha1, not both")
-    if md5 is not None:
-        return "md5", md5.lower()
-    return ("sha1", sha1.lower()) if sha1 is not None else None
+    named = (("md5", md5), ("sha1", sha1), ("sha256", sha256))
+    given = [(name, value.lower()) for name, value in named if value is not None]
+    if len(given) > 1:
+        raise ValueError("download: give one of md5, sha1 and sha256, not several")
+    return given[0] if given else None
 
 
 def part_path(dest: str | os.PathLike[str]) -> Path:
@@ -115,6 +115,7 @@ def download(
     *,
     md5: str | None = None,
     sha1: str | None = None,
+    sha256: str | None = None,
     retries: int = 5,
     backoff_s: float = 1.0,
     timeout_s: float = 60.0,
@@ -124,8 +125,8 @@ def download(
 ) -> Path:
     """Download `url` to `dest`, resuming a previous `.part` and verifying its checksum.
 
-    At most one of `md5` and `sha1` is given (the one the publisher lists); both go through
-    the same hashing path, and errors name the algorithm. An existing `dest` is a cache hit
+    At most one of `md5`, `sha1` and `sha256` is given (the one the publisher lists); all go
+    through the same hashing path, and errors name the algorithm. An existing `dest` is a cache hit
     (no request) when it matches the checksum or none is given. An existing `dest` that does
     not match raises DataError and is left alone: it may be a file the user placed by hand,
     so deleting it is their call.
@@ -140,7 +141,7 @@ def download(
     `downloads` settings (`configured_watch`). Messages and logs show the URL redacted.
     """
     dest = Path(dest)
-    expected = _expected(md5, sha1)
+    expected = _expected(md5, sha1, sha256)
     watch = watch or configured_watch()
     shown = redact(url)
     dest.parent.mkdir(parents=True, exist_ok=True)

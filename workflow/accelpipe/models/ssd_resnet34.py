@@ -13,6 +13,14 @@ API (Keras 2 via `accelpipe.keras2`, TF 2.15 and 2.21):
   BN moving statistics still update in training mode, like the reference).
 - `l2_variables(model)`: every trainable variable that is not a BatchNormalization variable
   (biases included), for the coupled L2 term (`ssd_loss.l2_loss`).
+- `build_backbone(width=64) -> keras.Model`: the backbone alone ([B,300,300,3] -> layer
+  `backbone_out`), with the SSD's layer names (what the weights stage converts into).
+- `backbone_variables(model) -> dict`: `<layer>/<weight>` -> variable of every backbone layer
+  (e.g. `stem_conv/kernel`, `g1b1_bn1/moving_mean`), in the reference's creation order: the keys
+  of the converted starting weights (`models.pretrained_npz`).
+- `load_pretrained(model, folder) -> dict`: assigns the weights stage's converted backbone
+  (`<folder>/weights.npz`); DataError naming the first missing key or wrong shape.
+- `checkpoint_width(path) -> int`: the stem's channels in a TF checkpoint of either format below.
 - `save_backbone(model, path)` / `load_backbone(model, path)`: backbone weights.
   `load_backbone` reads either our format, a `tf.train.Checkpoint` whose attributes are the
   backbone layer names (what `save_backbone` writes), or the reference's TF1 ResNet-34
@@ -32,6 +40,7 @@ from pathlib import Path
 
 from accelpipe.errors import DataError
 from accelpipe.keras2 import keras, tf
+from accelpipe.models import pretrained_npz
 from accelpipe.models.ssd_boxes import FEATURE_SIZES, IMAGE_SIZE, NUM_DEFAULTS
 
 BN_MOMENTUM = 0.9
@@ -142,6 +151,12 @@ def build_ssd300(num_classes: int = 81, width: int = 64) -> keras.Model:
     return keras.Model(images, [cls_out, box_out], name="ssd300_resnet34")
 
 
+def build_backbone(width: int = 64) -> keras.Model:
+    """The ResNet-34 backbone alone, its layers named as in `build_ssd300`."""
+    images = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3), name="images")
+    return keras.Model(images, _backbone(images, width), name="resnet34_backbone")
+
+
 def _frozen_ids(model: keras.Model) -> set[int]:
     return {id(v) for name in FROZEN_LAYERS for v in model.get_layer(name).weights}
 
@@ -182,6 +197,48 @@ def backbone_layers(model: keras.Model) -> list:
     return [model.get_layer(name) for name in order if name in names]
 
 
+def _leaf(variable: tf.Variable) -> str:
+    """`kernel`, `gamma`, `moving_mean`, ... of a layer's variable."""
+    return variable.name.split("/")[-1].split(":")[0]
+
+
+def backbone_variables(model: keras.Model) -> dict[str, tf.Variable]:
+    """`<layer>/<weight>` -> variable of every backbone layer, in creation order."""
+    return {
+        f"{layer.name}/{_leaf(v)}": v for layer in backbone_layers(model) for v in layer.weights
+    }
+
+
+def load_pretrained(model: keras.Model, folder: Path) -> dict:
+    """Assign the backbone from the weights stage's converted npz; facts for stage.json."""
+    path = Path(folder) / pretrained_npz.WEIGHTS_FILE
+    return pretrained_npz.assign(backbone_variables(model), path)
+
+
+def checkpoint_width(path: Path) -> int:
+    """The stem conv's output channels in a checkpoint `load_backbone` reads (64: ResNet-34)."""
+    prefix = _prefix(path)
+    for name, shape in tf.train.list_variables(prefix):
+        stem = name.endswith("conv2d/kernel") and name.count("/") <= 2  # TF1: [resnet34/]conv2d
+        if (stem or "stem_conv/kernel" in name) and len(shape) == 4:
+            return int(shape[-1])
+    raise DataError(f"{path}: no stem convolution (conv2d/kernel or stem_conv) in the checkpoint")
+
+
+def _prefix(path: Path) -> str:
+    """The checkpoint prefix of `path` (a prefix, or a folder with a `checkpoint` file or
+    one `*.index`); DataError naming `path` when there is none."""
+    path = Path(path)
+    prefix = str(path)
+    if path.is_dir():
+        indexes = sorted(path.glob("*.index"))
+        latest = tf.train.latest_checkpoint(str(path))
+        prefix = latest or (str(indexes[0])[: -len(".index")] if len(indexes) == 1 else "")
+    if not prefix or not tf.io.gfile.exists(f"{prefix}.index"):
+        raise DataError(f"{path}: no TensorFlow checkpoint (expected <prefix>.index)")
+    return prefix
+
+
 def save_backbone(model: keras.Model, path: Path) -> str:
     """Write the backbone weights as a tf.train.Checkpoint keyed by layer name; returns the
     checkpoint prefix to pass to `load_backbone`."""
@@ -192,12 +249,11 @@ def save_backbone(model: keras.Model, path: Path) -> str:
 def load_backbone(model: keras.Model, path: Path) -> None:
     """Restore the backbone from `save_backbone`'s format or the reference TF1 checkpoint.
 
-    `path` is a checkpoint prefix or a directory holding a `checkpoint` file. Raises
+    `path` is a checkpoint prefix, or a directory holding a `checkpoint` file or one
+    `<prefix>.index` (the reference's downloads carry no `checkpoint` file). Raises
     DataError naming the path when it is missing or does not fit the backbone.
     """
-    prefix = tf.train.latest_checkpoint(str(path)) if Path(path).is_dir() else str(path)
-    if not prefix or not tf.io.gfile.exists(f"{prefix}.index"):
-        raise DataError(f"{path}: no TensorFlow checkpoint (expected <prefix>.index)")
+    prefix = _prefix(path)
     names = {name for name, _ in tf.train.list_variables(prefix)}
     layers = backbone_layers(model)
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in names and not _tf1_names(names):
@@ -222,9 +278,7 @@ def _tf1_variable_names(layers: list) -> list[tuple[tf.Variable, str]]:
         kind = "conv2d" if isinstance(layer, keras.layers.Conv2D) else "batch_normalization"
         scope = kind if counts[kind] == 0 else f"{kind}_{counts[kind]}"
         counts[kind] += 1
-        for v in layer.weights:
-            leaf = v.name.split("/")[-1].split(":")[0]
-            pairs.append((v, f"{scope}/{leaf}"))
+        pairs += [(v, f"{scope}/{_leaf(v)}") for v in layer.weights]
     return pairs
 
 

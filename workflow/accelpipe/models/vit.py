@@ -8,6 +8,10 @@ API (Keras 2 via `accelpipe.keras2`, TF 2.15 and 2.21):
 - `vit_encoder(images, config, image_size, dropout=0.0, drop_path=0.0)`: applies the encoder to a
   Keras tensor [B, S, S, 3] -> tokens [B, 1 + (S/p)^2, D], CLS first, after the final norm.
 - `build_vit(image_size=224, encoder="B_16", dropout=0.0, drop_path=0.0) -> keras.Model`.
+- `encoder_variables(model) -> dict`: `<layer>/<sublayer>/<weight>` -> variable of the encoder
+  of a bare ViT or a Segmenter (e.g. `embedding/kernel`, `class_token/cls`,
+  `Transformer_encoderblock_0/MultiHeadDotProductAttention_1/query/kernel`): the keys of the
+  converted starting weights (`models.pretrained_npz`; `vit_npz.load_converted` loads them).
 
 Layer names are the Flax / vit-keras ones with `/` -> `_` (Keras rejects `/`), which
 `vit_npz` maps back: `embedding` (Conv2D, kernel = stride = patch, VALID), `class_token`
@@ -284,3 +288,37 @@ def encoder_blocks(model: keras.Model) -> list[TransformerBlock]:
         blocks.append(model.get_layer(f"Transformer_encoderblock_{i}"))
         i += 1
     return blocks
+
+
+POS_EMBEDDING = "Transformer_posembed_input/pos_embedding"
+
+
+def _norm_variables(prefix: str, layer) -> dict[str, tf.Variable]:
+    return {f"{prefix}/gamma": layer.gamma, f"{prefix}/beta": layer.beta}
+
+
+def _dense_variables(prefix: str, layer) -> dict[str, tf.Variable]:
+    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+
+
+def _block_variables(block: TransformerBlock) -> dict[str, tf.Variable]:
+    prefix, att, mlp = block.name, block.attention, block.mlp_block
+    found = _norm_variables(f"{prefix}/{block.norm_0.name}", block.norm_0)
+    for layer in (att.query, att.key, att.value, att.out):
+        found |= _dense_variables(f"{prefix}/{att.name}/{layer.name}", layer)
+    found |= _norm_variables(f"{prefix}/{block.norm_2.name}", block.norm_2)
+    for layer in (mlp.dense_0, mlp.dense_1):
+        found |= _dense_variables(f"{prefix}/{mlp.name}/{layer.name}", layer)
+    return found
+
+
+def encoder_variables(model: keras.Model) -> dict[str, tf.Variable]:
+    """Every encoder variable by its name in the converted starting weights, in layer order."""
+    embedding = model.get_layer("embedding")
+    found = _dense_variables("embedding", embedding)
+    found["class_token/cls"] = model.get_layer("class_token").cls
+    found[POS_EMBEDDING] = model.get_layer("Transformer_posembed_input").pos_embedding
+    for block in encoder_blocks(model):
+        found |= _block_variables(block)
+    norm = "Transformer_encoder_norm"
+    return found | _norm_variables(norm, model.get_layer(norm))

@@ -9,6 +9,10 @@ API:
   assigned unless every tensor fits. DataError (one line, naming the file and the key) for:
   a sha256 mismatch, a missing or unreadable file, a missing key, a wrong shape.
 - `save_npz(model, path)`: writes the encoder in the same layout (no head), the inverse.
+- `source_grid(path) -> int`: the side of the position grid of such an npz (DataError if none).
+- `load_converted(model, folder) -> dict`: assigns the weights stage's converted encoder
+  (`<folder>/weights.npz`, keyed by `vit.encoder_variables`), the position embeddings resized
+  from the file's grid to the model's; DataError naming the first missing key or wrong shape.
 
 npz layout (REFERENCE-tensorflow B.3), D hidden, H heads, p patch, g grid side:
 `cls` [1, 1, D]; `embedding/kernel` [p, p, 3, D] (= Keras Conv2D HWIO), `embedding/bias`;
@@ -32,7 +36,8 @@ import numpy as np
 
 from accelpipe.errors import DataError
 from accelpipe.keras2 import keras, tf
-from accelpipe.models.vit import encoder_blocks
+from accelpipe.models import pretrained_npz
+from accelpipe.models.vit import POS_EMBEDDING, encoder_blocks, encoder_variables
 
 POS_KEY = "Transformer/posembed_input/pos_embedding"
 
@@ -134,6 +139,8 @@ def resize_pos_embedding(pos: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
     """
     side, d = _grid(pos.shape[1]), pos.shape[2]
     assert side is not None, f"position embedding of {pos.shape[1]} tokens: not 1 + g*g"
+    if (side, side) == tuple(grid):
+        return pos
     old = pos[0, 1:].reshape(1, side, side, d)
     new = tf.image.resize(tf.constant(old, tf.float32), grid, method="bilinear").numpy()
     return np.concatenate([pos[:, :1], new.reshape(1, grid[0] * grid[1], d)], axis=1)
@@ -192,3 +199,27 @@ def save_npz(model: keras.Model, path: Path) -> Path:
     with open(path, "wb") as f:  # a file object: np.savez would otherwise append ".npz"
         np.savez(f, **arrays)
     return path
+
+
+def source_grid(path: Path) -> int:
+    """The side of the square position grid of an original-ViT npz (24 for the 384 px AugReg
+    files, 14 for the 224 px ones)."""
+    with _open(Path(path)) as data:
+        pos = _read(data, Path(path), POS_KEY)
+    side = _grid(pos.shape[1]) if pos.ndim == 3 and pos.shape[0] == 1 else None
+    if side is None:
+        raise DataError(f"{path}: {POS_KEY} has shape {pos.shape}, not (1, 1 + g*g, D)")
+    return side
+
+
+def load_converted(model: keras.Model, folder: Path) -> dict:
+    """Assign the encoder from the weights stage's converted npz; facts for stage.json."""
+    layer = _pos_layer(model)
+
+    def to_model_grid(pos: np.ndarray) -> np.ndarray:
+        fits = pos.ndim == 3 and pos.shape[0] == 1 and pos.shape[2] == layer.pos_embedding.shape[-1]
+        return resize_pos_embedding(pos, tuple(layer.grid)) if fits and _grid(pos.shape[1]) else pos
+
+    path = Path(folder) / pretrained_npz.WEIGHTS_FILE
+    facts = pretrained_npz.assign(encoder_variables(model), path, {POS_EMBEDDING: to_model_grid})
+    return facts | {"pos_grid_to": list(layer.grid)}

@@ -14,6 +14,7 @@ from accelpipe import engines
 MODULES = {
     "raw": "accelpipe.stages.data",
     "prepare": "accelpipe.stages.data",
+    "weights": "accelpipe.stages.weights",
     "train": "accelpipe.stages.train",
     "evaluate": "accelpipe.stages.evaluate",
     "summarize-trace": "accelpipe.stages.trace",

@@ -55,6 +55,17 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
         ],
         "data/prepared/brats/2d",
     ),
+    "weights": (
+        [
+            command(
+                *("weights", "--name", "resnet34-path-0123456789ab", "--config-json"),
+                {"family": "resnet34", "source": "path:/data/ssd_r34-mlperf/mlperf_artifact"},
+                *("--out", "data/weights/resnet34-path-0123456789ab"),
+                *("--downloads", "data/downloads/weights/resnet34-path-0123456789ab"),
+            )
+        ],
+        "data/weights/resnet34-mlperf",
+    ),
     "train": (
         [
             command(

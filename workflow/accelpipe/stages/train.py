@@ -56,6 +56,7 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
         "train",
         *("--workload", args.workload, "--run", args.run, "--prepared", args.prepared),
         *("--config-json", args.config_json, "--out", args.out, "--threads", str(args.threads)),
+        f"--weights={getattr(args, 'weights', '')}",
     ]
 
 
@@ -189,7 +190,11 @@ def _train_into(
 ) -> bool:
     """Train into `work_dir`; rank 0 then writes stage.json there (and says so: True)."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    facts = workloads.get(args.workload).train(Path(args.prepared), args.run, cfg, work_dir)
+    # the weights stage's folder, where the run starts from pretrained weights
+    start = {"weights": Path(args.weights)} if getattr(args, "weights", "") else {}
+    facts = workloads.get(args.workload).train(
+        Path(args.prepared), args.run, cfg, work_dir, **start
+    )
     if facts is None:  # a rank other than 0
         return False
     packages = provenance.package_versions(provenance.PACKAGES + spec.packages)

@@ -20,10 +20,17 @@ class Workload(Protocol):
     typed views (accelpipe.settings)."""
 
     def train(
-        self, prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path
+        self,
+        prepared: Path,
+        run: str,
+        cfg: dict[str, Any],
+        work_dir: Path,
+        weights: Path | None = None,
     ) -> dict[str, Any] | None:
         """Train `run` on the prepared data into `work_dir`; the run's facts on the process
-        that writes them, None on the others."""
+        that writes them, None on the others. `weights`: the weights stage's folder the model
+        starts from, given only where the run names a pretrained source (workloads of
+        accelpipe.pretrained.FAMILIES; the others never get it)."""
         ...
 
     def evaluate(

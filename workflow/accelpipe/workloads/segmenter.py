@@ -31,7 +31,7 @@ from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.errors import DataError
+from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.ade20k_input import eval_dataset, normalise, train_dataset
 from accelpipe.inputs.tf_data_checks import checked
 from accelpipe.io import read_json, write_json
@@ -67,14 +67,24 @@ def _build(architecture: dict[str, Any]) -> keras.Model:
     )
 
 
-def _pretrained(model: keras.Model, model_cfg: SegmenterModel) -> dict[str, Any] | None:
-    if not model_cfg.pretrained:
+def _pretrained(
+    model: keras.Model, model_cfg: SegmenterModel, weights: Path | None
+) -> dict[str, Any] | None:
+    """The encoder's starting weights: the weights stage's folder where the run names a
+    source (its rule passes it), else random init; facts for stage.json."""
+    if model_cfg.pretrained == "none":
         return None
-    path = Path(model_cfg.pretrained.removeprefix("path:")).expanduser()
-    return vit_npz.load_pretrained(model, path, model_cfg.pretrained_sha256)
+    if weights is None:
+        raise ConfigError(
+            f"segmenter.model.pretrained is {model_cfg.pretrained}, but no converted weights "
+            "were given (the train rule passes the weights stage's folder; by hand: --weights)"
+        )
+    return {"source": model_cfg.pretrained, **vit_npz.load_converted(model, weights)}
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
+def train(
+    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+) -> dict[str, Any] | None:
     files = _shards(prepared, "train")
     train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
     model_cfg = cfg["model"]
@@ -84,7 +94,8 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
         batch = train_cfg.batch_size
         steps = train_cfg.steps_per_epoch or math.ceil(train_images / batch)
         model = _build(architecture)
-        pretrained = _pretrained(model, view(SegmenterModel, model_cfg, where="segmenter.model"))
+        model_view = view(SegmenterModel, model_cfg, where="segmenter.model")
+        pretrained = _pretrained(model, model_view, weights)
         schedule = keras.optimizers.schedules.PolynomialDecay(
             train_cfg.lr,
             decay_steps=train_cfg.epochs * steps,

@@ -25,7 +25,7 @@ from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.errors import DataError
+from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.coco_input import eval_dataset, train_dataset
 from accelpipe.inputs.tf_data_checks import checked
 from accelpipe.io import read_json, write_json
@@ -98,22 +98,35 @@ def _epoch_batches(
     )
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
+def _start(model: keras.Model, pretrained: str, weights: Path | None) -> dict[str, Any] | None:
+    """The backbone's starting weights: the weights stage's folder where the run names a
+    source (its rule passes it), else random init; facts for stage.json."""
+    if pretrained == "none":
+        return None
+    if weights is None:
+        raise ConfigError(
+            f"ssd.model.pretrained is {pretrained}, but no converted weights were given "
+            "(the train rule passes the weights stage's folder; by hand: --weights)"
+        )
+    return {"source": pretrained, **ssd_resnet34.load_pretrained(model, weights)}
+
+
+def train(
+    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+) -> dict[str, Any] | None:
     categories = _categories(prepared)
     ids = [c["id"] for c in categories]
     train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
     files = _shards(prepared, "train")
     model_cfg = view(SSDModel, cfg["model"], where="ssd.model")
     architecture = {"classes": len(ids), "width": model_cfg.width}
-    backbone = model_cfg.backbone_checkpoint
 
     def make_job(train_cfg: SSDTrain, device: TFDevice) -> TFTrainJob:
         batch = train_cfg.batch_size
         # as the reference: ceil(images / global batch)
         steps = train_cfg.steps_per_epoch or math.ceil(train_images / batch)
         model = _build(architecture)
-        if backbone:
-            ssd_resnet34.load_backbone(model, Path(backbone))
+        pretrained = _start(model, model_cfg.pretrained, weights)
         schedule = WarmupCosine(
             train_cfg.lr * batch / 32,
             steps,
@@ -139,7 +152,7 @@ def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict
             facts={
                 "architecture": architecture,
                 "train_images": train_images,
-                "backbone_checkpoint": backbone,
+                "pretrained": pretrained,
             },
             evaluation=_in_training(cfg, train_cfg, prepared),
         )
