@@ -33,6 +33,19 @@ def test_worker_argv_is_the_train_stage_without_global_options() -> None:
     assert again == vars(args)
 
 
+def test_the_workers_get_the_starting_weights_folder() -> None:
+    """A run that starts from pretrained weights: every launched worker loads them."""
+    parser = cli.build_parser()
+    stage = [
+        *("train", "--workload", "ssd", "--run", "fp32", "--prepared", "p"),
+        *("--config-json", '{"train": {}}', "--out", "o", "--threads", "3"),
+        "--weights=data/weights/resnet34-mlperf",
+    ]
+    worker = train.worker_argv(parser.parse_args(["--accel", "2", *stage]))
+    assert worker == stage
+    assert parser.parse_args(worker).weights == "data/weights/resnet34-mlperf"
+
+
 def test_resume_dir_does_not_depend_on_the_number_of_processes(tmp_path: Path) -> None:
     def resume_dir(settings: dict) -> Path:
         args = argparse.Namespace(
@@ -145,7 +158,9 @@ def test_the_train_job_gets_the_evaluate_settings_left_out_of_its_key(
     seen: list[dict] = []
 
     class Recorder:
-        def train(self, prepared: Path, run: str, cfg: dict, work_dir: Path) -> None:
+        def train(
+            self, prepared: Path, run: str, cfg: dict, work_dir: Path, weights: Path | None
+        ) -> None:
             seen.append(cfg)  # as a rank other than 0: nothing to publish
 
     monkeypatch.setattr(workloads, "get", lambda name: Recorder())

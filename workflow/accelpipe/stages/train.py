@@ -52,11 +52,12 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
     and the log (--log), and the workers run where it runs (--framework picks the runtime).
     Keep in step with the train parser in `cli.build_parser`.
     """
+    weights = getattr(args, "weights", "")
     return [
         "train",
         *("--workload", args.workload, "--run", args.run, "--prepared", args.prepared),
         *("--config-json", args.config_json, "--out", args.out, "--threads", str(args.threads)),
-        f"--weights={getattr(args, 'weights', '')}",
+        *((f"--weights={weights}",) if weights else ()),
     ]
 
 
@@ -191,9 +192,9 @@ def _train_into(
     """Train into `work_dir`; rank 0 then writes stage.json there (and says so: True)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     # the weights stage's folder, where the run starts from pretrained weights
-    start = {"weights": Path(args.weights)} if getattr(args, "weights", "") else {}
+    weights = Path(args.weights) if getattr(args, "weights", "") else None
     facts = workloads.get(args.workload).train(
-        Path(args.prepared), args.run, cfg, work_dir, **start
+        Path(args.prepared), args.run, cfg, work_dir, weights
     )
     if facts is None:  # a rank other than 0
         return False

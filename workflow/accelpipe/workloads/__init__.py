@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
 from accelpipe import registry
+from accelpipe.errors import ConfigError
 
 
 @runtime_checkable
@@ -45,3 +46,10 @@ def get(name: str) -> Workload:
     """The module of a registered workload (tests/accelpipe/workloads checks each is one)."""
     module = importlib.import_module(f"accelpipe.workloads.{registry.workload(name).name}")
     return cast(Workload, module)
+
+
+def no_starting_weights(workload: str, weights: Path | None) -> None:
+    """A workload that always starts from random init refuses a weights folder (the rules
+    never pass one: accelpipe.pretrained.FAMILIES has no entry for it)."""
+    if weights is not None:
+        raise ConfigError(f"{workload} starts from random init: it takes no --weights ({weights})")

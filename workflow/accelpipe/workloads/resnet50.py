@@ -28,6 +28,7 @@ from accelpipe.launch import torch_launch
 from accelpipe.metrics import topk_correct
 from accelpipe.models.resnet50 import ResNet
 from accelpipe.settings import ResNet50Evaluate, ResNet50Model, ResNet50Train, view
+from accelpipe.workloads import no_starting_weights
 
 TOPK = (1, 5)
 
@@ -56,8 +57,11 @@ def _epoch_batches(
                 return
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
+def train(
+    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+) -> dict[str, Any] | None:
     """Train the run into `work_dir` (resuming from its checkpoint); facts on rank 0 only."""
+    no_starting_weights("resnet50", weights)
     index = read_json(prepared / "config.json")
     size = view(ResNet50Model, cfg["model"], where="resnet50.model").image_size
 

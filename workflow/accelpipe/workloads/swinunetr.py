@@ -30,6 +30,7 @@ from accelpipe.launch import torch_launch
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.swinunetr import build_model
 from accelpipe.settings import SwinUNETREvaluate, SwinUNETRTrain, view
+from accelpipe.workloads import no_starting_weights
 
 # The seed measured bf16 slower than fp16 on MI300X; elsewhere auto keeps the device default.
 AUTO_PRECISION = {"rocm": "fp16"}
@@ -39,8 +40,11 @@ def _settings(cfg: dict[str, Any], model_cfg: dict[str, Any]) -> volumes.VolumeS
     return volumes.VolumeSettings.from_config(cfg["transforms"], model_cfg["roi"])
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
+def train(
+    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+) -> dict[str, Any] | None:
     """Train the run into `work_dir` (resuming from its checkpoint); facts on rank 0 only."""
+    no_starting_weights("swinunetr", weights)
     items = volumes.datalist(prepared, "training")
     settings = _settings(cfg, cfg["model"])
     label = read_json(prepared / "datalist.json")["label"]  # the ROI prepare extracted

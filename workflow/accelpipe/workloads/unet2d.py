@@ -34,6 +34,7 @@ from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
 from accelpipe.settings import UNet2DEvaluate, UNet2DModel, UNet2DTrain, view
+from accelpipe.workloads import no_starting_weights
 
 
 def fold_of(run: str, n_folds: int) -> int:
@@ -64,11 +65,14 @@ def build_model(model_block: dict[str, Any], data_cfg: dict[str, Any]) -> DynUNe
     )
 
 
-def train(prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path) -> dict[str, Any] | None:
+def train(
+    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+) -> dict[str, Any] | None:
     """Train one fold into `work_dir` (resuming if it holds a checkpoint).
 
     Returns the run facts on rank 0 (the only rank that writes), None on the other ranks.
     """
+    no_starting_weights("unet2d", weights)
     data_cfg = read_json(prepared / "config.json")
     cases = split(prepared, run)["train"]
 
