@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accelpipe import stage_config
 from accelpipe.config import validate
 from accelpipe.settings import (
     ProfileSchedule,
@@ -78,3 +79,13 @@ def torch_run(cfg: dict[str, Any], work_dir: Path, make_job: Callable[..., Any])
     train = torch_train(**cfg["train"])
     block = _profile_block("resnet50", cfg.get("profile", {}))
     return run_training({**cfg, "profile": block}, train, work_dir, make_job)
+
+
+def train_job_slice(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
+    """A run's train slice as its job sees it: stage_config.train plus the evaluate settings
+    the workflow hands the job outside its key ($ACCELPIPE_EVAL_SETTINGS, runtime.py), for
+    tests that call a workload's `train` without the train stage."""
+    cfg = stage_config.train(config, workload, run)
+    if "evaluate" in cfg:
+        cfg["evaluate"] = cfg["evaluate"] | stage_config.eval_settings(config)[workload]
+    return cfg

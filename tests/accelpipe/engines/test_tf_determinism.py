@@ -32,6 +32,7 @@ from accelpipe.datasets.coco_synthetic import synthesize as synthesize_coco
 from accelpipe.devices import tf_device
 from accelpipe.errors import DataError
 from accelpipe.keras2 import keras
+from tests.helpers.settings import train_job_slice
 from tests.workflow.project import TINY_CONFIG
 
 pytestmark = pytest.mark.tensorflow
@@ -45,6 +46,7 @@ from pathlib import Path
 from accelpipe import stage_config
 from accelpipe.config import validate
 from accelpipe.engines import tf_trainer
+from tests.helpers.settings import train_job_slice
 from tests.workflow.project import TINY_CONFIG
 
 workload, prepared, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
@@ -52,7 +54,7 @@ epochs, evaluate = int(sys.argv[4]), sys.argv[5] == "evaluate"
 tf_trainer.limit_threads(2)  # as the train stage: the thread pools fixed before any op
 block = TINY_CONFIG[workload]
 config = validate(TINY_CONFIG | {workload: block | {"train": block["train"] | {"epochs": epochs}}})
-cfg = stage_config.train(config, workload, "fp32")
+cfg = train_job_slice(config, workload, "fp32")
 cfg["profile"] = cfg["profile"] | {"enabled": False}
 module = importlib.import_module(f"accelpipe.workloads.{workload}")
 work = out / "train"
@@ -211,7 +213,7 @@ def test_a_truncated_shard_stops_train_and_evaluate_with_one_line_naming_it(
     for shard in (train_shard, val_shard):
         shard.write_bytes(shard.read_bytes()[:100])  # inside its first record
     config = validate(TINY_CONFIG)
-    cfg = stage_config.train(config, "ssd", "fp32")
+    cfg = train_job_slice(config, "ssd", "fp32")
     cfg["profile"] = cfg["profile"] | {"enabled": False}
     try:
         with pytest.raises(DataError) as err:
