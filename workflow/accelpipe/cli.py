@@ -198,41 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     images.add_argument("--docker-host", default=None, help="Engine API URL (default DOCKER_HOST)")
     targets = _parser(sub, "targets", "list what `snakemake <target>` can build under the config")
-    targets.add_argument(
-        "--configfile",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="PATH",
-        help="config files over config.yaml, merged as snakemake's --configfile",
-    )
-    targets.add_argument(
-        "--config",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config values over those, as snakemake's --config",
-    )
+    _config_arguments(targets, "config files over config.yaml, merged as snakemake's --configfile")
     targets.add_argument("--json", action="store_true", help="print the targets as JSON")
     runs = _parser(sub, "runs", "list the runs under results/ with their headline numbers")
     runs.add_argument("--results", default="results", help="the results folder (default: results)")
-    runs.add_argument(
-        "--configfile",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="PATH",
-        help="the config a run is stale under: files over config.yaml, as snakemake's",
-    )
-    runs.add_argument(
-        "--config",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config values over those, as snakemake's --config",
-    )
+    _config_arguments(runs, "the config a run is stale under: files over config.yaml")
     runs.add_argument("--json", action="store_true", help="print the runs as JSON")
     return parser
 
@@ -420,3 +390,14 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _config_arguments(parser: argparse.ArgumentParser, files_help: str) -> None:
+    """--configfile and --config as Snakemake takes them (targets, runs)."""
+    for flag, metavar, text in (
+        ("--configfile", "PATH", files_help),
+        ("--config", "KEY=VALUE", "config values over those, as snakemake's --config"),
+    ):
+        parser.add_argument(
+            flag, nargs="+", action="extend", default=[], metavar=metavar, help=text
+        )
