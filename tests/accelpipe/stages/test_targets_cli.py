@@ -33,6 +33,11 @@ def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Project]:
     return {
         "shipped": make_project(tmp_path_factory.mktemp("shipped"), SHIPPED_CONFIG),
         "tiny": make_project(tmp_path_factory.mktemp("tiny"), TINY_CONFIG),
+        # every workload of the tiny config has a grid; a merge cannot empty one
+        "tiny, no resnet50 grid": make_project(
+            tmp_path_factory.mktemp("gridless"),
+            {**TINY_CONFIG, "resnet50": {**TINY_CONFIG["resnet50"], "grid": {}}},
+        ),
     }
 
 
@@ -226,22 +231,23 @@ def test_configfiles_and_config_merge_over_config_yaml_as_in_snakemake(
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    ("target", "why"),
+    ("config", "target", "why"),
     [
-        ("results/unet2d/fold5", "'unet2d.folds' is 5"),
-        ("results/resnet50/grid", "'resnet50.grid' is empty"),
-        ("work/resnet50/benchmark/bf16-b4", "no benchmark row 'bf16-b4'"),
-        ("results/swinunetr/cv", "swinunetr has no cross-validation"),
+        ("tiny", "results/unet2d/fold5", "'unet2d.folds' is 5"),
+        ("tiny, no resnet50 grid", "results/resnet50/grid", "'resnet50.grid' is empty"),
+        ("tiny", "work/resnet50/benchmark/bf16-b4", "no benchmark row 'bf16-b4'"),
+        ("tiny", "results/swinunetr/cv", "swinunetr has no cross-validation"),
     ],
 )
 def test_what_the_listing_leaves_out_snakemake_refuses(
     projects: dict[str, Project],
+    config: str,
     target: str,
     why: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    project = projects["tiny"]
+    project = projects[config]
     assert target not in {
         t["path"] for t in _listed(project.root, capsys=capsys, monkeypatch=monkeypatch)
     }

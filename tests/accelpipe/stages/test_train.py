@@ -212,6 +212,18 @@ def _poll(condition: Callable[[], object], what: str) -> None:
         time.sleep(0.1)
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies waiting for a reaper do not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone while listed
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
     prepared: Path, tmp_path: Path
 ) -> None:
@@ -230,16 +242,19 @@ def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
         *("--out", str(tmp_path / "train"), "--threads", "2"),
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
-    first = subprocess.Popen(cmd, env=env)
+    # Its own process group, killed whole as Slurm kills a job step: a loader worker that
+    # outlived the trainer would still write to the log it inherited.
+    first = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
         _poll(
             lambda: first.poll() is not None or list(tmp_path.glob(".*/checkpoint.pt")),
             "the first checkpoint",
         )
     finally:
-        first.kill()
+        os.killpg(first.pid, signal.SIGKILL)
         first.wait()
     assert first.returncode == -signal.SIGKILL, log.read_text()
+    _poll(lambda: not _group_alive(first.pid), "the killed run's processes gone")
     killed_log = log.read_text()
     again = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
