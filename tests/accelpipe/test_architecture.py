@@ -39,7 +39,6 @@ LAYERS = {
     "locks": BASE,  # lock files another user cannot turn against their owner
     "xspace": BASE,
     "provenance": BASE,
-    "curves": BASE,
     "schema_docs": BASE,
     "containers": BASE,
     "mllog": BASE,
@@ -67,7 +66,8 @@ LAYERS = {
     "engines": ENGINES,
     "workloads": WORKLOADS,
     # figures, summaries and pages over finished runs, and what the rules compute from them
-    "performance": RESULTS,
+    "performance": RESULTS,  # a module per figure job: steps, figures, compute, energy, ...
+    "curves": RESULTS,  # training_curves.png from train_log.csv (engines.train_log reads it)
     "benchmark": RESULTS,
     "leaderboard": RESULTS,
     "ttt": RESULTS,  # seed runs' times to target combined (results/<workload>/ttt)
@@ -98,6 +98,9 @@ LAZY_IMPORTS = {
     # a framework that does not import is the doctor's finding, not a crash of the stage
     ("accelpipe.stages.doctor", "accelpipe.devices.tf_doctor"),
     ("accelpipe.stages.doctor", "accelpipe.devices.torch_doctor"),
+    # TensorBoard takes a second to import: the log's readers (the figures, publish, planning
+    # through the curves) need none, only its writer does
+    ("accelpipe.engines.train_log", "accelpipe.engines.scalars"),
 }
 
 

@@ -17,7 +17,7 @@ from accelpipe.curves import (
     plot_curves,
     read_curves,
     read_evaluations,
-    read_log,
+    read_steps,
     write_curves,
 )
 from accelpipe.errors import DataError
@@ -52,7 +52,7 @@ def test_the_log_gives_one_point_per_logged_step_in_step_order(tmp_path: Path) -
             (1, 5, "0.9", "", 1),
         ],
     )
-    steps, loss, lr = read_log(log)
+    steps, loss, lr = read_steps(log)
     assert steps == [1, 2, 3, 4, 5]
     assert loss[:2] == [2.5, 2.0] and math.isnan(loss[2]) and loss[3:] == [1.2, 0.9]
     assert lr[:4] == [0.1, 0.1, 0.05, 0.05] and math.isnan(lr[4])
@@ -62,9 +62,9 @@ def test_a_log_without_its_columns_or_missing_names_the_file(tmp_path: Path) -> 
     bad = tmp_path / "train_log.csv"
     bad.write_text("epoch,step,samples_per_s\n0,1,3\n")
     with pytest.raises(DataError, match=r"train_log\.csv: no column loss, lr"):
-        read_log(bad)
+        read_steps(bad)
     with pytest.raises(DataError, match=r"missing\.csv: file not found"):
-        read_log(tmp_path / "missing.csv")
+        read_steps(tmp_path / "missing.csv")
 
 
 @pytest.mark.parametrize(

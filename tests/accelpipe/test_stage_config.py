@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -335,3 +337,23 @@ def test_every_datasets_official_settings_block_is_the_one_its_source_reads() ->
             "source": sources.official,
             sources.settings: block[sources.settings],
         }
+
+
+def test_planning_loads_no_power_meter_no_mlperf_log_and_no_tensorboard() -> None:
+    """Snakemake imports stage_config (and the preflight, through it) to plan a DAG: the
+    publish slice's figures come from the figure catalogue alone, not from the modules that
+    meter, log or write a run (issue 32 item 4: performance.py brought all of them along)."""
+    heavy = (
+        "accelpipe.devices.power",
+        "accelpipe.mllog",
+        "accelpipe.engines.run_log",
+        "tensorboard",
+    )
+    probe = (
+        "import sys; import accelpipe.stage_config, accelpipe.preflight; "
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"

@@ -42,7 +42,7 @@ def trace_summary(step_ms: float | None = STEP_MS, sections: dict | None = None)
 
 
 def reference(ratio: float | None = 0.25, comparable: bool = False) -> dict[str, Any]:
-    """performance.json's `reference` as accelpipe.performance.reference writes it: the
+    """performance.json's `reference` as accelpipe.performance.figures.reference writes it: the
     figure, its conditions, whether the ratio is comparable and each difference."""
     differences = [] if comparable else ["the figure's input pipeline is DALI, ours tf.data"]
     return {
@@ -83,7 +83,7 @@ NO_RAPL = (
 def energy(
     joules_per_1000_samples: float | None = None, process_joules: float | None = None
 ) -> dict[str, Any]:
-    """performance.json's `energy` as accelpipe.performance.energy writes it: measured by a
+    """performance.json's `energy` as accelpipe.performance.energy.energy writes it: measured by a
     stand-in NVML counter where `joules_per_1000_samples` is given, else no power source."""
     if joules_per_1000_samples is None:
         keys = ("joules", "joules_per_1000_samples", "mean_watts", "process_joules")
@@ -117,7 +117,7 @@ def performance(
     reference: dict[str, Any] | None = None,
     energy_block: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """performance.json as accelpipe.performance.run_performance writes it; `samples_per_s`:
+    """performance.json as accelpipe.performance.report.run_performance writes it; `samples_per_s`:
     (the throughput, the per-step p10, p90), None: no step measured; `energy_block`: its
     `energy` (default: no power source)."""
     rate, p10, p90 = samples_per_s or (None, None, None)

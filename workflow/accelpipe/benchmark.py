@@ -10,8 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from accelpipe.engines.train_log import LOG_FILE
 from accelpipe.io import atomic_path, read_json, write_csv, write_json
-from accelpipe.performance import COMPUTE_COLUMNS, compute, energy, step_statistics
+from accelpipe.performance.compute import COMPUTE_COLUMNS, compute
+from accelpipe.performance.energy import energy
+from accelpipe.performance.steps import step_statistics
 
 COLUMNS = (
     "row",
@@ -42,7 +45,7 @@ def row(train_dir: Path, warmup_steps: int) -> dict[str, Any]:
     definition) and the per-step spread beside it, and the energy per 1,000 samples of its
     measured steps (None where no power source measured it)."""
     stage = read_json(train_dir / "stage.json")
-    stats = step_statistics(train_dir / "train_log.csv", warmup_steps)
+    stats = step_statistics(train_dir / LOG_FILE, warmup_steps)
     rate = stats["per_step"]["samples_per_s"] or {}
     figures = compute(stage, stats["throughput"]["samples_per_s"])
     step = stats["per_step"]["step_ms"] or {}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelpipe.engines.train_log import read_log
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
 
@@ -50,18 +51,12 @@ def _number(text: str) -> float:
         return math.nan
 
 
-def read_log(train_log: Path) -> tuple[list[int], list[float], list[float]]:
+def read_steps(train_log: Path) -> tuple[list[int], list[float], list[float]]:
     """train_log.csv's steps, loss and lr, by step; a step logged twice (an attempt that
     logged past the checkpoint its successor resumed from): the later row."""
+    rows = read_log(train_log, _COLUMNS)
     try:
-        with train_log.open(newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in _COLUMNS if c not in (reader.fieldnames or ())]
-            if missing:
-                raise DataError(f"{train_log}: no column {', '.join(missing)}")
-            by_step = {int(row["step"]): (row["loss"], row["lr"]) for row in reader}
-    except FileNotFoundError:
-        raise DataError(f"{train_log}: file not found") from None
+        by_step = {int(row["step"]): (row["loss"], row["lr"]) for row in rows}
     except ValueError as err:  # a step that is not an integer
         raise DataError(f"{train_log}: {err}") from None
     steps = sorted(by_step)
@@ -112,7 +107,7 @@ def read_curves(
 ) -> Curves:
     """The curves of a run: its log's steps, and `evaluations` if given, else metrics.json's
     final value (`metrics`) at the last step."""
-    steps, loss, lr = read_log(train_log)
+    steps, loss, lr = read_steps(train_log)
     if evaluations is None:
         evaluations = final_evaluation(metrics or {}, metric, steps[-1] if steps else None)
     return Curves(title, steps, loss, lr, metric, sorted(evaluations), target)

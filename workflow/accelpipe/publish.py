@@ -8,16 +8,19 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from accelpipe import curves, mllog, performance, provenance, registry
+from accelpipe import curves, mllog, provenance, registry
 from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES
 from accelpipe.engines.evaluations import EVAL_LOG
+from accelpipe.engines.train_log import LOG_FILE
 from accelpipe.errors import DataError
 from accelpipe.io import atomic_path, read_json, write_json
+from accelpipe.performance import PERFORMANCE_FILE
+from accelpipe.performance.report import run_performance
 
 # (stage, file inside that stage's output dir, name in the result folder); the trained
 # weights are added per engine (model.pt, ...).
 RUN_FILES = (
-    ("train", "train_log.csv", "train_log.csv"),
+    ("train", LOG_FILE, LOG_FILE),
     ("evaluate", "metrics.json", "metrics.json"),
     ("trace", "summary.json", "trace_summary.json"),
     ("trace", "summary.md", "trace_summary.md"),
@@ -78,17 +81,15 @@ def publish_run(
         train = read_json(stage_dirs["train"] / provenance.STAGE_FILE)
         metric = registry.workload(train["workload"]).metric
         curves.write_curves(
-            tmp / "train_log.csv",
+            tmp / LOG_FILE,
             tmp / "metrics.json",
             metric,
             tmp / curves.CURVES_FILE,
             title=f"{train['workload']}/{train['run']}",
             eval_log=tmp / EVAL_LOG,
         )
-        facts = performance.run_performance(
-            stage_dirs, config_slice, train["workload"], train["run"]
-        )
-        write_json(tmp / performance.PERFORMANCE_FILE, facts)
+        facts = run_performance(stage_dirs, config_slice, train["workload"], train["run"])
+        write_json(tmp / PERFORMANCE_FILE, facts)
 
 
 def aggregate_folds(run_dirs: list[Path], out: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelpipe import performance, provenance, registry, targets
+from accelpipe import provenance, registry, targets
 from accelpipe.config import (
     EVAL_IN_TRAINING_SECTIONS,
     EVAL_OUTSIDE_TRAIN_KEY,
@@ -21,6 +21,7 @@ from accelpipe.config import (
     run_train,
 )
 from accelpipe.errors import AccelpipeError
+from accelpipe.performance.figures import figures_for
 from accelpipe.redact import redact_data
 
 
@@ -114,7 +115,7 @@ def publish(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
         "datasets": {dataset: redact_data(active_source(config["datasets"][dataset]))},
         "performance": config["performance"],  # performance.json's warm-up steps
         # The published figures performance.json compares with: a changed one re-runs publish.
-        "reference_figures": performance.figures_for(workload),
+        "reference_figures": figures_for(workload),
         workload: workload_settings(config, workload, run),
         "config_hash": run_config_hash(config, workload, run),  # provenance.json records it
     }

@@ -293,7 +293,7 @@ def test_every_heading_names_its_unit_and_has_its_definition(
         assert all(headings.values()), table  # every heading has a title
         for column in columns:
             assert headings[column.heading] == column.definition
-    # one definition, used as performance.py words it, in the titles and the legends
+    # one definition, used as accelpipe.performance words it, in the titles and the legends
     legends = " ".join(page.legends)
     for key in ("throughput", "stage_throughput", "per_step", "model_tflops", "mfu", "energy"):
         assert DEFINITIONS[key] in legends, key
@@ -382,7 +382,7 @@ def _disagreeing(run: Path) -> Path:
 def warned(tmp_path: Path) -> str:
     """A page of a tiny and two shipped-size resnet50 runs: the tiny one fastest by far, one
     shipped run stale and trained on an oversubscribed host, every profiled step disagreeing."""
-    from accelpipe.performance import host_load
+    from accelpipe.performance.host_load import host_load
 
     results = tmp_path / "results"
     runs = [

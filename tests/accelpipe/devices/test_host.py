@@ -1,5 +1,5 @@
 """The host's load over a training window (accelpipe.devices.host) and its verdict
-(accelpipe.performance.host_load): a busy competitor warns, an idle window does not."""
+(accelpipe.performance.host_load.host_load): a busy competitor warns, an idle window does not."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe.devices import host
-from accelpipe.performance import OTHER_CPU_SHARE_LIMIT, host_load
+from accelpipe.performance.host_load import OTHER_CPU_SHARE_LIMIT, host_load
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity
 
-from accelpipe import engines, performance
+from accelpipe import engines
 from accelpipe.devices import power
 from accelpipe.devices.torch_device import Device, resolve
 from accelpipe.engines import MEMORY_SNAPSHOT
@@ -33,6 +33,7 @@ from accelpipe.engines.torch_trainer import (
 )
 from accelpipe.engines.train_log import SCALARS
 from accelpipe.launch.torch_launch import DistContext, init_from_env
+from accelpipe.performance.report import run_performance
 from accelpipe.settings import ProfileSchedule, ProfileSettings, TorchTrain
 from tests.helpers.fake_power import fake_pynvml, rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.performance_checks import measured_rows
@@ -287,7 +288,7 @@ def _performance(work: Path, facts: dict[str, Any]) -> dict[str, Any]:
     """performance.json of a train output whose stage.json holds `facts`."""
     (work / "stage.json").write_text(json.dumps(facts | {"seconds": 30.0}))
     slice_ = {"performance": {"warmup_steps": WARMUP}, "reference_figures": []}
-    return performance.run_performance({"train": work}, slice_, "resnet50", "r")
+    return run_performance({"train": work}, slice_, "resnet50", "r")
 
 
 def test_each_logged_step_gets_the_energy_since_the_previous_one(

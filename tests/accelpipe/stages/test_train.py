@@ -231,7 +231,8 @@ def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
     train counts both attempts (it counted the last one alone, below the time to target),
     each attempt is listed, the resume is logged, the killed attempt's log is kept, and each
     attempt's profiler trace is kept under its own name."""
-    from accelpipe import performance, stage_config
+    from accelpipe import stage_config
+    from accelpipe.performance.report import run_performance
 
     config = _evaluating_config()
     log = tmp_path / "train.log"
@@ -272,7 +273,7 @@ def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
     assert stage["seconds"] == pytest.approx(sum(a["seconds"] for a in attempts), abs=1e-3)
 
     publish = stage_config.publish(config, "unet2d", "fold0")
-    figures = performance.run_performance({"train": out}, publish, "unet2d", "fold0")
+    figures = run_performance({"train": out}, publish, "unet2d", "fold0")
     assert figures["attempts"] == attempts
     assert figures["time_to_train_s"] == stage["seconds"]
     assert figures["time_to_target_s"] is not None

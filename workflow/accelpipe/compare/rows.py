@@ -16,7 +16,7 @@ from accelpipe import registry
 from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMARY, run_of
 from accelpipe.errors import DataError
 from accelpipe.io import read_json
-from accelpipe.performance import COMPUTE_COLUMNS
+from accelpipe.performance.compute import COMPUTE_COLUMNS
 from accelpipe.provenance import SHORT_HASH
 from accelpipe.traces.plot import PART_NAMES, step_parts
 

@@ -1,17 +1,25 @@
-"""What both engines write the same way: train_log.csv (and its TensorBoard scalars) and the
-profiler's section names."""
+"""train_log.csv, its one owner: the file's name and columns, the writer both engines log
+their steps with (and its TensorBoard scalars), and the reader the figures and the curves
+read it with; and the profiler's section names.
+
+Cheap to import: the figures, the publish step and Snakemake's planning (through the curves)
+read the log without TensorBoard, which only the writer loads (`open_log`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import csv
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from accelpipe.engines import scalars
+from accelpipe.errors import DataError
 from accelpipe.io import write_csv
+
+if TYPE_CHECKING:
+    from accelpipe.engines.scalars import ScalarWriter
 
 LOG_FILE = "train_log.csv"
 # `epoch`: the epoch the step trained in, counted from 1 as eval_log.csv (the epoch an
@@ -20,13 +28,13 @@ LOG_FILE = "train_log.csv"
 # (slower steps that steady-state statistics leave out), else "0".
 # `samples` and `wall_ms`: the samples trained and the wall time since the previous logged
 # step of the epoch (or the epoch's start), so that data wait, logging and unlogged steps are
-# in the throughput (performance.step_statistics); `samples_per_s` and `step_ms` are the
+# in the throughput (performance.steps.step_statistics); `samples_per_s` and `step_ms` are the
 # logged step's own (its data wait included), for the per-step distribution.
 # `energy_j`: the joules the run's devices used over the same wall time (the train process's
 # power meter, accelpipe.devices.power), empty where there is no power source.
 # `attempt`: 0 for the rows of the job's first start, n for those its n-th resume logged.
 # A resumed process traces, compiles and fills its caches again, so the statistics leave out
-# the warm-up steps of every attempt (performance.step_statistics).
+# the warm-up steps of every attempt (performance.steps.step_statistics).
 LOG_FIELDS = (
     "epoch",
     "step",
@@ -53,14 +61,26 @@ class LogWriter:
     """Writes each train_log.csv row, stamped with this process's attempt, and its SCALARS
     to TensorBoard at the row's step."""
 
-    def __init__(
-        self, rows: csv.DictWriter, tensorboard: scalars.ScalarWriter, attempt: int
-    ) -> None:
+    def __init__(self, rows: csv.DictWriter, tensorboard: ScalarWriter, attempt: int) -> None:
         self.rows, self.tensorboard, self.attempt = rows, tensorboard, str(attempt)
 
     def writerow(self, row: dict[str, str]) -> None:
         self.rows.writerow(row | {"attempt": self.attempt})
         self.tensorboard.add(int(row["step"]), {f"train/{k}": float(row[k]) for k in SCALARS})
+
+
+def read_log(path: Path, columns: Sequence[str] = LOG_FIELDS) -> list[dict[str, str]]:
+    """train_log.csv's rows as written; one DataError naming the file where it is missing or
+    lacks one of `columns` (the ones the reader needs: a log older than a column lacks it)."""
+    try:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or ())]
+            if missing:
+                raise DataError(f"{path}: no column {', '.join(missing)}")
+            return list(reader)
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
 
 
 def _read_rows(path: Path) -> tuple[list[dict[str, str]], bool]:
@@ -90,6 +110,9 @@ def _next_attempt(path: Path) -> int:
 def open_log(work_dir: Path) -> Iterator[tuple[TextIO, LogWriter]]:
     """train_log.csv for appending (a header if new), and a writer of LOG_FIELDS rows that
     also writes their scalars into a new event file in work_dir/tensorboard/."""
+    # here, not at the top: TensorBoard takes a second to import, and only the writer needs it
+    from accelpipe.engines import scalars
+
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / LOG_FILE
     attempt = _next_attempt(path)
