@@ -12,7 +12,7 @@ import pytest
 from accelpipe.engines import attempts
 from accelpipe.engines.attempts import ATTEMPTS_FILE, Attempts
 from accelpipe.errors import DataError
-from accelpipe.launch import torch_launch
+from accelpipe.launch import workers
 
 
 def _recorded(work: Path) -> list[dict]:
@@ -20,7 +20,7 @@ def _recorded(work: Path) -> list[dict]:
 
 
 def test_an_attempt_is_recorded_from_the_stages_start(tmp_path: Path) -> None:
-    with torch_launch.stage_clock():
+    with workers.stage_clock():
         record = Attempts(tmp_path, writes=True)
         began = time.time()
         record.begin(None)

@@ -27,13 +27,8 @@ from accelpipe.devices.torch_device import resolve
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.slices import SliceBatches
 from accelpipe.launch import lifeline
-from accelpipe.launch.torch_launch import (
-    DistContext,
-    backend_for,
-    check_global_batch,
-    init_from_env,
-    launch_command,
-)
+from accelpipe.launch.torch_launch import DistContext, backend_for, init_from_env, launch_command
+from accelpipe.launch.workers import check_global_batch
 
 pytestmark = pytest.mark.torch
 
@@ -74,8 +69,8 @@ def test_without_torchrun_a_process_is_a_world_of_one() -> None:
 
 def test_the_global_batch_must_split_evenly() -> None:
     assert check_global_batch(8, 2) == 4
-    with pytest.raises(ConfigError, match=r"'unet2d.train.batch_size'.*global batch 6.*4"):
-        check_global_batch(6, 4)
+    with pytest.raises(ConfigError, match=r"'ssd.train.batch_size'.*global batch 6.*4"):
+        check_global_batch(6, 4, "ssd.train.batch_size")
 
 
 # -- launch commands -----------------------------------------------------------------------------
@@ -182,6 +177,17 @@ def test_slurm_launch_without_a_port_picks_a_free_one(slurm: Path) -> None:
 def test_more_nodes_than_the_allocation_is_a_config_error(slurm: Path) -> None:
     with pytest.raises(ConfigError, match=r"3 nodes, but Slurm job 4242 has 2"):
         launch_command(1, 3, ARGV, under_slurm=True)
+
+
+@pytest.mark.parametrize(("nodes", "under_slurm"), [(2, False), (3, True)])
+def test_a_refusal_names_the_key_of_the_workload_that_asked(
+    slurm: Path, nodes: int, under_slurm: bool
+) -> None:
+    """Without Slurm, or with fewer nodes than asked, the error names the launching workload's
+    own key (every PyTorch workload's said `unet2d.train.nodes`)."""
+    argv = ["train", "--workload", "resnet50", "--run", "bf16"]
+    with pytest.raises(ConfigError, match=r"^config key 'resnet50\.train\.nodes': "):
+        launch_command(1, nodes, argv, under_slurm=under_slurm)
 
 
 # -- data shards ---------------------------------------------------------------------------------

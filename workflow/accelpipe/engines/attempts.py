@@ -25,7 +25,7 @@ from typing import Any
 
 from accelpipe.errors import DataError
 from accelpipe.io import read_json, write_json
-from accelpipe.launch.torch_launch import stage_started_at
+from accelpipe.launch.workers import stage_started_at
 
 log = logging.getLogger(__name__)
 ATTEMPTS_FILE = "attempts.json"

@@ -13,11 +13,11 @@ Two launches:
 * Outside Slurm: `devices` processes on this node, on free local ports. `train.nodes` > 1
   is a ConfigError naming `<workload>.train.nodes`, as on the PyTorch side.
 * Under a Slurm allocation (SLURM_JOB_ID set), whenever there is more than one worker, one
-  node or several: one `srun` step of `devices` tasks per node, with the PyTorch launcher's
-  rules (`torch_launch.srun_command`: the job must have the nodes, inside a job step the new
-  one overlaps it, the job's CPUs per task are split over a node's tasks, or overcommitted
-  where they are fewer), plus the task count (else srun takes the job's SLURM_NTASKS), block
-  distribution (ranks fill the nodes in order, which TF_CONFIG relies on) and
+  node or several: one `srun` step of `devices` tasks per node, with the Slurm rules both
+  launchers share (`launch.slurm.srun_command`: the job must have the nodes, inside a job
+  step the new one overlaps it, the job's CPUs per task are split over a node's tasks, or
+  overcommitted where they are fewer), plus the task count (else srun takes the job's
+  SLURM_NTASKS), block distribution (ranks fill the nodes in order, which TF_CONFIG relies on) and
   --kill-on-bad-exit (one failed worker would leave the others hanging in a collective).
   srun on one node too, like the PyTorch side: then Slurm owns every worker (scancel and the
   time limit reach them, a failure stops the step), and the one-node launch is the multi-node
@@ -57,14 +57,14 @@ from dataclasses import dataclass
 
 from accelpipe.errors import AccelpipeError
 from accelpipe.launch import lifeline
-from accelpipe.launch.torch_launch import (
-    launched_env,
+from accelpipe.launch.slurm import (
+    config_key,
     require_slurm,
-    run_workers,
     slurm_counts,
     slurm_hostnames,
     srun_command,
 )
+from accelpipe.launch.workers import launched_env, run_workers
 from accelpipe.settings import TrainSettings
 
 log = logging.getLogger(__name__)
@@ -123,13 +123,6 @@ def worker_command(stage_argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "accelpipe", *stage_argv]
 
 
-def _config_key(stage_argv: list[str], name: str) -> str:
-    """`<workload>.train.<name>`, the workload read from the stage's --workload."""
-    if "--workload" in stage_argv[:-1]:
-        return f"{stage_argv[stage_argv.index('--workload') + 1]}.train.{name}"
-    return f"train.{name}"
-
-
 def slurm_command(devices: int, nodes: int, cmd: list[str], key: str) -> list[str]:
     """The srun step running `cmd` as `devices` tasks on each of `nodes` nodes, each task
     through this module (its TF_CONFIG from the step's variables)."""
@@ -148,9 +141,9 @@ def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> 
     cmd = worker_command(stage_argv)
     share = str(max(1, threads // cfg.devices))
     if "SLURM_JOB_ID" in os.environ:
-        _launch_slurm(cfg, cmd, share, _config_key(stage_argv, "nodes"))
+        _launch_slurm(cfg, cmd, share, config_key(stage_argv, "nodes"))
         return
-    require_slurm(cfg.nodes, False, _config_key(stage_argv, "nodes"))
+    require_slurm(cfg.nodes, False, config_key(stage_argv, "nodes"))
     addresses = [f"127.0.0.1:{p}" for p in _free_ports(cfg.devices)]
     log.info("training on %d TensorFlow workers: %s", cfg.devices, shlex.join(cmd))
     environ = {**os.environ, **launched_env(under_slurm=False), "OMP_NUM_THREADS": share}

@@ -21,7 +21,7 @@ from accelpipe.devices import host
 from accelpipe.engines import attempts
 from accelpipe.errors import AccelpipeError, ConfigError
 from accelpipe.io import read_json, write_json
-from accelpipe.launch import lifeline, torch_launch
+from accelpipe.launch import lifeline, workers
 from accelpipe.runtime import with_eval_settings
 from accelpipe.settings import TrainSettings, common_train
 
@@ -64,7 +64,7 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
 def _check_launch(args: argparse.Namespace, cfg: TrainSettings) -> None:
     """User errors a launch would only meet inside the workers: report them here, status 2."""
     world = cfg.devices * cfg.nodes
-    torch_launch.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
+    workers.check_global_batch(cfg.batch_size, world, f"{args.workload}.train.batch_size")
     if 0 < args.accel < cfg.devices:  # one leased device per process on this node
         raise ConfigError(
             f"config key '{args.workload}.train.devices': {cfg.devices} processes per node, but "
@@ -150,7 +150,7 @@ def run_train(args: argparse.Namespace) -> None:
     """Train here, or launch the workers (rank 0 writes stage.json in the work dir) and,
     once every one has succeeded, publish the work dir onto --out."""
     host.mark_job_root()  # the workers' host window counts this process tree as the job's
-    with torch_launch.stage_clock() as started:
+    with workers.stage_clock() as started:
         _run_train(args, started)
 
 

@@ -1,0 +1,108 @@
+"""Slurm's rules for a training job's launch, the same for both frameworks' launchers
+(launch.torch_launch: one torchrun per node; launch.tf_launch: one TF worker per task): the
+job must have the nodes the config asks, a step inside a job step overlaps it, each task
+gets its share of the job's CPUs, and the node list is expanded by `scontrol`.
+
+A refusal names the config key of the workload whose launch asked (`config_key`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from accelpipe.errors import AccelpipeError, ConfigError
+
+
+def config_key(stage_argv: list[str], name: str) -> str:
+    """`<workload>.train.<name>`, the workload read from the stage's --workload."""
+    if "--workload" in stage_argv[:-1]:
+        return f"{stage_argv[stage_argv.index('--workload') + 1]}.train.{name}"
+    return f"train.{name}"
+
+
+def require_slurm(nodes: int, under_slurm: bool, key: str) -> None:
+    """Several nodes need a Slurm allocation: a ConfigError of one line naming `key` if not."""
+    if nodes > 1 and not under_slurm:
+        raise ConfigError(
+            f"config key '{key}': {nodes} nodes need a Slurm allocation "
+            "(SLURM_JOB_ID is not set); run the workflow inside one, e.g. with salloc"
+        )
+
+
+def srun_command(nodes: int, tasks_per_node: int, key: str) -> list[str]:
+    """`srun` starting `tasks_per_node` tasks on each of `nodes` nodes of this Slurm job.
+
+    The rules both engines' launches share: the job must have the nodes (else a ConfigError
+    naming `key`); inside a job step the new step overlaps it; the CPUs a job task has
+    (SLURM_CPUS_PER_TASK: the workflow's train job is one task per node with `threads` CPUs)
+    are split over the node's tasks, and a node with fewer CPUs than tasks overcommits them.
+    """
+    allocated = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
+    if allocated and int(allocated) < nodes:
+        raise ConfigError(
+            f"config key '{key}': {nodes} nodes, but Slurm job "
+            f"{os.environ.get('SLURM_JOB_ID')} has {allocated}"
+        )
+    cmd = ["srun", f"--ntasks-per-node={tasks_per_node}", f"--nodes={nodes}"]
+    # Inside a job step already (Snakemake's Slurm executor runs each job in `srun -n1`), a new
+    # step would wait forever for the CPUs that step holds unless it may overlap it.
+    if "SLURM_STEP_ID" in os.environ:
+        cmd.append("--overlap")
+    # Since Slurm 22.05 a step does not inherit the job's --cpus-per-task, but srun reads
+    # SLURM_CPUS_PER_TASK from the environment as if it were given: pass each task its share
+    # explicitly, or a node's torchrun (and every rank it starts) is pinned to one core, or a
+    # step of several tasks per node asks for more CPUs than the job has.
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    if cpus:
+        cmd.append(f"--cpus-per-task={max(1, int(cpus) // tasks_per_node)}")
+    # Fewer CPUs than tasks: srun refuses the step ("More processors requested than
+    # permitted") unless told to run several tasks on a CPU, as a local launch would.
+    job_cpus = os.environ.get("SLURM_JOB_CPUS_PER_NODE")
+    if cpus:
+        node_cpus = int(cpus)
+    elif job_cpus:
+        node_cpus = min(slurm_counts("SLURM_JOB_CPUS_PER_NODE", job_cpus))
+    else:
+        node_cpus = tasks_per_node
+    if node_cpus < tasks_per_node:
+        cmd.append("--overcommit")
+    # Without it srun takes the job's SLURM_NTASKS: an allocation of more tasks than nodes
+    # (salloc -N1 -n2) would start that many launchers per node.
+    cmd.append(f"--ntasks={nodes * tasks_per_node}")
+    return cmd
+
+
+def slurm_counts(name: str, spec: str) -> list[int]:
+    """A Slurm count per node (SLURM_JOB_CPUS_PER_NODE, SLURM_STEP_TASKS_PER_NODE) expanded:
+    `2(x3),1` is [2, 2, 2, 1]; `name` is the variable's, for the error."""
+    counts = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        if not match:
+            raise AccelpipeError(f"{name}={spec!r}: not a Slurm count per node")
+        counts += [int(match[1])] * int(match[2] or 1)
+    return counts
+
+
+def slurm_hostnames(nodelist: str) -> list[str]:
+    """A Slurm node list (`gpu[017-018]`) expanded by `scontrol show hostnames`, in order."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise AccelpipeError(f"scontrol show hostnames {nodelist} failed: {err}") from None
+    hosts = out.split()
+    if not hosts:
+        raise AccelpipeError(f"scontrol show hostnames {nodelist} listed no host")
+    return hosts
+
+
+def first_node() -> str:
+    """The first host of SLURM_JOB_NODELIST."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise AccelpipeError("Slurm job without SLURM_JOB_NODELIST: cannot find its first node")
+    return slurm_hostnames(nodelist)[0]
