@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from accelpipe import preflight
+from accelpipe import preflight, registry
 from accelpipe.config import validate
 from tests.workflow.project import TINY_CONFIG
 
@@ -52,3 +52,19 @@ def test_nodes_count_in_the_world_size_and_fp32_runs_need_no_bf16() -> None:
         "world_size": 1,
         "precision": "fp32",
     }
+
+
+def test_auto_is_resolved_per_workload_as_its_trainer_resolves_it() -> None:
+    """swinunetr's "auto" is fp16 on rocm (its registry entry), bf16 for the others: the
+    preflight checks what each trains in, not the backend's default for all (issue 32 item 4)."""
+    config = validate({"backend": "rocm", "swinunetr": {"runs": {"auto": {"precision": "auto"}}}})
+    found = preflight.precisions(config, "pytorch")
+    assert found["swinunetr"] == {"fp16", "bf16", "fp32"}  # its run, its benchmark rows
+    assert found["unet2d"] == {"bf16", "fp32"}  # its auto folds, its benchmark rows
+
+
+def test_only_a_pytorch_workload_may_redefine_auto() -> None:
+    """The TensorFlow engine takes no per-workload "auto": a TF workload that declared one
+    would train in the backend's default while the preflight checked its own."""
+    declared = {w.name for w in registry.WORKLOADS.values() if w.auto_precision}
+    assert declared and all(registry.workload(w).framework == "pytorch" for w in declared)

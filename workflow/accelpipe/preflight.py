@@ -24,7 +24,7 @@ from typing import Any
 
 from accelpipe import containers, registry, stage_config, targets
 from accelpipe.config import run_names, run_train
-from accelpipe.devices import AUTO_PRECISION
+from accelpipe.devices import workload_precision
 
 DIRECTORY = "work/preflight"
 
@@ -38,29 +38,35 @@ def path(backend: str, framework: str, image: str | None = None) -> str:
     return f"{DIRECTORY}/{name(backend, framework, image)}.json"
 
 
-def _train_settings(config: dict[str, Any], framework: str) -> Iterator[dict[str, Any]]:
-    """The train settings of every run and benchmark row of the framework's workloads."""
+def _train_settings(config: dict[str, Any], framework: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(workload, train settings) of every run and benchmark row of the framework's workloads."""
     for workload in registry.WORKLOADS.values():
         if workload.framework != framework:
             continue
         block = config[workload.name]
         for run in run_names(block, workload.name):  # a fold trains its named run's settings
-            yield run_train(block, workload.name, run)
+            yield workload.name, run_train(block, workload.name, run)
         for row in targets.benchmark_rows(config, workload.name):
-            yield stage_config.benchmark_row(config, workload.name, row)["train"]
+            yield workload.name, stage_config.benchmark_row(config, workload.name, row)["train"]
+
+
+def precisions(config: dict[str, Any], framework: str) -> dict[str, set[str]]:
+    """Per workload of the framework, the precisions its runs and benchmark rows train in,
+    "auto" resolved as their trainer resolves it (devices.workload_precision)."""
+    found: dict[str, set[str]] = {}
+    for workload, s in _train_settings(config, framework):
+        precision = workload_precision(config["backend"], s.get("precision", "auto"), workload)
+        found.setdefault(workload, set()).add(precision)
+    return found
 
 
 def needs(config: dict[str, Any], framework: str) -> dict[str, Any]:
     """What the framework's train jobs ask of a host: `devices` (per node), `world_size`
     (processes of the biggest job) and `precision` (bf16 if any run trains in it)."""
-    backend = config["backend"]
-    settings = list(_train_settings(config, framework)) or [{"devices": 1, "nodes": 1}]
-    precisions = {
-        AUTO_PRECISION[backend] if s.get("precision", "auto") == "auto" else s["precision"]
-        for s in settings
-    }
+    settings = [s for _, s in _train_settings(config, framework)] or [{"devices": 1, "nodes": 1}]
+    trained = set().union(*precisions(config, framework).values()) or {"fp32"}
     return {
         "devices": max(s.get("devices", 1) for s in settings),
         "world_size": max(s.get("devices", 1) * s.get("nodes", 1) for s in settings),
-        "precision": "bf16" if "bf16" in precisions else sorted(precisions)[0],
+        "precision": "bf16" if "bf16" in trained else sorted(trained)[0],
     }

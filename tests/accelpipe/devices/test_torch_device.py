@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import json
 import types
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from accelpipe.devices import torch_device
+from accelpipe import preflight, registry
+from accelpipe.config import validate
+from accelpipe.devices import BACKENDS, resolve_precision, torch_device, workload_precision
 from accelpipe.errors import BackendUnavailableError, ConfigError
+from tests.helpers.settings import train_job_slice
 
 pytestmark = pytest.mark.torch
 
@@ -199,3 +205,44 @@ def test_a_torch_outside_the_supported_range_is_refused_before_the_device(
     monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
     with pytest.raises(BackendUnavailableError, match=r"torch 2\.5\.1\+cpu in .* outside"):
         torch_device.resolve("cpu")
+
+
+# The prepared files a torch workload's `train` reads before it hands its job to the engine.
+_PREPARED = {
+    "config.json": {},
+    "folds.json": {"n_folds": 5, "folds": [{"train": [], "val": []}] * 5},
+    "datalist.json": {"training": [{"image": "i.nii.gz", "label": "l.nii.gz"}], "label": "GTV"},
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "workload", [w.name for w in registry.WORKLOADS.values() if w.framework == "pytorch"]
+)
+def test_the_preflight_checks_the_precision_the_trainer_trains_in(
+    workload: str, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An "auto" run's precision as the workload hands it to its engine (its run_training's
+    `auto_precision`, resolved by the device layer) is one the preflight checks (issue 32
+    item 4: swinunetr on rocm trained fp16 while the preflight checked bf16)."""
+    module = importlib.import_module(f"accelpipe.workloads.{workload}")
+    handed: list[str] = []
+
+    def run_training(cfg: dict, train: Any, work: Path, make_job: Any, auto: Any = None) -> None:
+        handed.append(resolve_precision(cfg["backend"], train.precision, auto))
+
+    monkeypatch.setattr(module, "run_training", run_training)
+    for name, data in _PREPARED.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    for volume in ("i.nii.gz", "l.nii.gz"):  # listed, never read: no job is built
+        (tmp_path / volume).touch()
+    block: dict[str, Any] = {"train": {"precision": "auto"}}
+    if workload == "unet2d":
+        run = "fold0"  # its default run trains as its folds
+    else:
+        block["runs"] = {"auto": {"precision": "auto"}}  # the shipped runs name theirs
+        run = "auto"
+    config = validate({"backend": backend, workload: block})
+    module.train(tmp_path, run, train_job_slice(config, workload, run), tmp_path / "work")
+    assert handed == [workload_precision(backend, "auto", workload)]
+    assert handed[0] in preflight.precisions(config, "pytorch")[workload]

@@ -1,7 +1,8 @@
 """The one device layer: cpu | cuda | rocm | gaudi, for both frameworks.
 
 What a backend means independently of the framework is here: the names, what precision
-`auto` resolves to, and how many CPU threads a stage may use. Each framework resolves a
+`auto` resolves to (the one place: the trainers, the preflight, the doctor and the benchmarks
+ask `resolve_precision`), and how many CPU threads a stage may use. Each framework resolves a
 backend into its own device object in its module, imported only by that framework's engine:
 `torch_device` (torch.device, autocast, Gaudi lazy mode) and `tf_device` (visible devices,
 Keras mixed-precision policies, Habana's TF module), each with a `peak_memory()`; the
@@ -14,8 +15,10 @@ from __future__ import annotations
 import os
 import re
 import resource
+from collections.abc import Mapping
 from typing import Any
 
+from accelpipe import registry
 from accelpipe.errors import ConfigError
 
 BACKENDS = ("cpu", "cuda", "rocm", "gaudi")
@@ -37,15 +40,26 @@ def check_backend(backend: str) -> None:
 
 
 def resolve_precision(
-    backend: str, precision: str = "auto", auto: dict[str, str] | None = None
+    backend: str, precision: str = "auto", auto: Mapping[str, str] | None = None
 ) -> str:
-    """`precision` with "auto" resolved for `backend`; `auto` overrides it per workload."""
+    """`precision` with "auto" resolved for `backend`; `auto` overrides it per workload (its
+    registry entry's `auto_precision`: `workload_auto`)."""
     check_backend(backend)
     if precision == "auto":
         precision = {**AUTO_PRECISION, **(auto or {})}[backend]
     if precision not in PRECISIONS:
         raise ConfigError(f"config key 'precision': unknown precision {precision!r}")
     return precision
+
+
+def workload_auto(workload: str) -> dict[str, str]:
+    """What "auto" means for `workload` where it departs from the backend's default."""
+    return dict(registry.workload(workload).auto_precision)
+
+
+def workload_precision(backend: str, precision: str, workload: str) -> str:
+    """`precision` as `workload` trains in it on `backend` ("auto" resolved its way)."""
+    return resolve_precision(backend, precision, workload_auto(workload))
 
 
 def usable_threads(threads: int) -> int:

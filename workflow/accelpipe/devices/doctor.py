@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from accelpipe.devices import AUTO_PRECISION, smi
+from accelpipe.devices import resolve_precision, smi
 from accelpipe.leases import VISIBILITY_ENV
 
 CHECKS = ("driver", "framework", "devices", "busy", "memory", "bf16", "collective", "container")
@@ -181,7 +181,7 @@ def summary(report: Report) -> str:
 
 
 def resolved_precision(backend: str, precision: str) -> str:
-    return AUTO_PRECISION.get(backend, "fp32") if precision == "auto" else precision
+    return resolve_precision(backend, precision)  # the backend's own "auto"
 
 
 # --- where this runs ----------------------------------------------------------------------

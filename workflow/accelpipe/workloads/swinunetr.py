@@ -21,7 +21,7 @@ from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
 from accelpipe import quality
-from accelpipe.devices import torch_device
+from accelpipe.devices import torch_device, workload_auto
 from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs import volumes
@@ -32,8 +32,8 @@ from accelpipe.models.swinunetr import build_model
 from accelpipe.settings import SwinUNETREvaluate, SwinUNETRTrain, view
 from accelpipe.workloads import no_starting_weights
 
-# The seed measured bf16 slower than fp16 on MI300X; elsewhere auto keeps the device default.
-AUTO_PRECISION = {"rocm": "fp16"}
+# What "auto" means for this workload (its registry entry: fp16 on rocm), handed to the engine.
+AUTO_PRECISION = workload_auto("swinunetr")
 
 
 def _settings(cfg: dict[str, Any], model_cfg: dict[str, Any]) -> volumes.VolumeSettings:
