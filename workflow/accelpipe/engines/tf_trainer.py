@@ -51,13 +51,12 @@ from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import (
     ENGINES,
-    power_facts,
-    power_meter,
-    run_facts,
     tf_flops,
 )
 from accelpipe.engines.attempts import Attempts
+from accelpipe.engines.energy import power_facts, power_meter
 from accelpipe.engines.evaluations import InTraining, InTrainingEval
+from accelpipe.engines.facts import run_facts
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError, DataError

@@ -42,13 +42,12 @@ from accelpipe.devices.torch_device import Device
 from accelpipe.engines import (
     ENGINES,
     MEMORY_SNAPSHOT,
-    power_facts,
-    power_meter,
-    run_facts,
     torch_flops,
 )
 from accelpipe.engines.attempts import Attempts
+from accelpipe.engines.energy import power_facts, power_meter
 from accelpipe.engines.evaluations import InTraining, InTrainingEval
+from accelpipe.engines.facts import run_facts
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
