@@ -65,7 +65,7 @@ from accelpipe.io import free_space, write_text
 from accelpipe.keras2 import keras, tf
 from accelpipe.launch import tf_launch
 from accelpipe.launch.tf_launch import InputShard
-from accelpipe.launch.torch_launch import check_global_batch
+from accelpipe.launch.workers import check_global_batch
 from accelpipe.settings import PROFILE_OFF, ProfileSettings, TFTrain, view
 from accelpipe.xspace import xspace_to_op_table, xspace_to_trace_json
 

@@ -60,7 +60,7 @@ from accelpipe.engines.train_log import (
 )
 from accelpipe.errors import DataError
 from accelpipe.io import disk_full_names, write_text
-from accelpipe.launch import torch_launch
+from accelpipe.launch import torch_launch, workers
 from accelpipe.launch.torch_launch import DistContext
 from accelpipe.settings import ProfileSettings, TorchTrain, view
 
@@ -136,7 +136,7 @@ def run_training(
     mlperf_log = RunLog(work_dir, writes=ctx.is_main)  # initialisation starts
     try:
         with power_meter(cfg["backend"], writes_log=ctx.is_main) as meter:
-            torch_launch.check_global_batch(train_cfg.batch_size, ctx.world_size)
+            workers.check_global_batch(train_cfg.batch_size, ctx.world_size)
             seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
             job = make_job(train_cfg, device, ctx)
             profile = view(ProfileSettings, cfg["profile"], where="profile")
