@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import csv
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
+from accelpipe import quality
 from accelpipe.engines.evaluations import (
     EVAL_FIELDS,
     EVAL_LOG,
     Evaluations,
     RunClock,
     due,
+    in_training_eval,
     reaches,
 )
+from accelpipe.errors import ConfigError
 from accelpipe.quality import QualityTarget, verdict
+from tests.helpers.settings import tf_train
 
 TARGET = QualityTarget("resnet50", "top1", 0.5, "a test", "top-1 of the test")
 
@@ -103,3 +109,45 @@ def test_reaches_judges_as_the_verdict_does(value: float | None, bar: float | No
     target = QualityTarget("unet2d", "mean_dice", bar, "the test", "mean Dice")
     judged = verdict({"mean_dice": value}, target)["reached"]
     assert reaches(value, target) is (judged is True)
+
+
+@dataclass(frozen=True)
+class _Evaluate:
+    """A workload's evaluate settings class, as the builder views the slice's block."""
+
+    batch_size: int
+
+
+def _unread() -> NoReturn:
+    raise AssertionError("the sample counts were read")
+
+
+def test_an_in_training_evaluation_scores_by_the_evaluate_block_against_the_target() -> None:
+    cfg = {"evaluate": {"batch_size": 4}, "target": 0.7}
+    evaluation = in_training_eval(
+        "ssd",
+        cfg,
+        tf_train(eval_every=2),
+        _Evaluate,
+        lambda model, ev: {"AP": model * ev.batch_size},
+        lambda: (100, 10),
+    )
+    assert evaluation is not None
+    assert evaluation.score(0.125) == {"AP": 0.5}  # the model, scored with batch_size 4
+    assert evaluation.target == quality.target_for("ssd", 0.7)
+    assert (evaluation.train_samples, evaluation.eval_samples) == (100, 10)
+
+
+def test_without_eval_every_there_is_no_evaluation_and_nothing_is_read() -> None:
+    evaluation = in_training_eval(
+        "ssd", {}, tf_train(eval_every=0), _Evaluate, lambda model, ev: {}, _unread
+    )
+    assert evaluation is None
+
+
+def test_an_evaluate_key_the_settings_lack_is_one_error_naming_it() -> None:
+    cfg = {"evaluate": {"batch_size": 4, "stride": 2}, "target": None}
+    with pytest.raises(ConfigError, match=r"'ssd\.evaluate\.stride'"):
+        in_training_eval(
+            "ssd", cfg, tf_train(eval_every=1), _Evaluate, lambda model, ev: {}, _unread
+        )

@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 from accelpipe.devices import power, tf_device
-from accelpipe.engines import ENGINES
+from accelpipe.engines import ENGINES, run_sequence
 from accelpipe.engines.tf_trainer import (
     MODEL_FILE,
     PROFILER_TABLE,
+    TFRun,
     TFTrainer,
     TFTrainJob,
 )
@@ -403,3 +404,14 @@ def test_a_resumed_run_keeps_the_trace_of_each_attempt(tmp_path: Path) -> None:
     assert traces == ["trace_step000003.json.gz", "trace_step000006.json.gz"]
     recorded = json.loads((tmp_path / "attempts.json").read_text())["attempts"]
     assert [a["resumed_from_step"] for a in recorded] == [None, 3]
+
+
+def test_the_tensorflow_steps_and_trainer_are_what_the_run_sequence_calls(tmp_path: Path) -> None:
+    """mypy holds TFRun to run_sequence.EngineRun; here its trainer's answers to the sequence."""
+    assert isinstance(TFRun(tf_toy.make_job), run_sequence.EngineRun)
+    device = tf_device.resolve("cpu")
+    job = tf_toy.make_job(tf_train(lr=0.05, batch_size=4), device)
+    trainer = TFTrainer(job, device, tf_train(compile=True), PROFILE_OFF, tmp_path)
+    assert isinstance(trainer, run_sequence.Trainer)
+    assert (trainer.step, trainer.compiled, trainer.global_batch) == (0, True, 4)
+    assert trainer.job_facts() == job.facts  # no evaluations inside training: nothing added

@@ -21,12 +21,13 @@ from torch.profiler import ProfilerActivity
 from accelpipe import engines
 from accelpipe.devices import power
 from accelpipe.devices.torch_device import Device, resolve
-from accelpipe.engines import MEMORY_SNAPSHOT
+from accelpipe.engines import MEMORY_SNAPSHOT, run_sequence
 from accelpipe.engines.torch_trainer import (
     CHECKPOINT,
     PROFILER_TABLE,
     PROFILING,
     SECTIONS,
+    TorchRun,
     Trainer,
     TrainJob,
     seed_everything,
@@ -552,3 +553,13 @@ def test_checkpoint_from_one_process_resumes_in_two(tmp_path: Path) -> None:
         _assert_same_model(rank, straight)
     # One row per step: rank 1 neither appended to nor truncated rank 0's log.
     assert _log_steps(work) == list(range(1, 2 * STEPS + 1))
+
+
+def test_the_torch_steps_and_trainer_are_what_the_run_sequence_calls(tmp_path: Path) -> None:
+    """mypy holds TorchRun to run_sequence.EngineRun; here its trainer's answers to the sequence."""
+    assert isinstance(TorchRun(lambda train, device, ctx: None), run_sequence.EngineRun)
+    trainer = _trainer(tmp_path, epochs=1)
+    trainer.job.facts["toy"] = True
+    assert isinstance(trainer, run_sequence.Trainer)
+    assert (trainer.step, trainer.compiled, trainer.global_batch) == (0, False, 64)
+    assert trainer.job_facts() == {"toy": True}  # no evaluations inside training: nothing added

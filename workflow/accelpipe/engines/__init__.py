@@ -4,20 +4,28 @@ Both engines write the same train_log.csv columns, keep epoch checkpoints in the
 work directory (outside the declared output, so a killed job resumes), take the same
 profiler schedule keys, mark the reference's sections and leave a Chrome-trace JSON for
 the one summarizer. What differs between them, and what the stages and the publish step
-need to know without importing a framework, is here as data.
+need to know without importing a framework, is here as data; what the stages call on an
+engine's module is `EngineHooks`, and the training sequence both follow is run_sequence's
+(its `EngineRun` the steps each engine gives it).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from accelpipe import registry
+
+if TYPE_CHECKING:
+    from accelpipe.settings import TrainSettings
 
 
 @dataclass(frozen=True)
 class Engine:
     framework: str
-    module: str  # the engine's code: run_training, load_for_eval, limit_threads, launch
+    # the engine's code: EngineHooks, run_training (run_sequence), load_for_eval
+    module: str
     weights: str  # the trained model, in the train output and the result folder
     checkpoints: tuple[str, ...]  # resume state in the work directory, dropped once trained
     packages: tuple[str, ...]  # versions provenance.json records besides the common ones
@@ -56,3 +64,30 @@ ENGINES = {
 def for_workload(workload: str) -> Engine:
     """The engine that trains and evaluates `workload` (its registry framework)."""
     return ENGINES[registry.workload(workload).framework]
+
+
+class EngineHooks(Protocol):
+    """What the train and evaluate stages call on an engine's module, in their own process."""
+
+    def limit_threads(self, threads: int) -> None:
+        """Caps the framework's CPU thread pools at `threads`."""
+
+    def launch_training(self, cfg: TrainSettings, stage_argv: list[str], threads: int) -> None:
+        """Starts one worker per device (srun under Slurm), each rerunning the stage with
+        `stage_argv`, and returns once all have succeeded."""
+
+    def in_worker(self) -> bool:
+        """Whether this process is a worker such a launch started."""
+
+
+def hooks(engine: Engine) -> EngineHooks:
+    """`engine`'s module, imported now (its framework with it), as the stages see it."""
+    module: EngineHooks = importlib.import_module(engine.module)
+    return module
+
+
+if TYPE_CHECKING:  # mypy holds each engine's module to the hooks; never imported at run time
+    from accelpipe.engines import tf_trainer, torch_trainer
+
+    _TORCH_HOOKS: EngineHooks = torch_trainer
+    _TF_HOOKS: EngineHooks = tf_trainer

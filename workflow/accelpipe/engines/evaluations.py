@@ -1,8 +1,9 @@
 """Evaluation inside training (`train.eval_every`), the same for both engines: when to evaluate,
 eval_log.csv, the run's clock and whether to stop at the quality target.
 
-The workload hands the engine an `InTrainingEval`: its score function (the one its evaluate
-stage runs, given the model as it is now) and the run's quality target. After every
+The workload hands the engine an `InTrainingEval` (made by `in_training_eval`): its score
+function (the one its evaluate stage runs, given the model as it is now) and the run's
+quality target. After every
 `eval_every`-th epoch, and after the last, the engine's process that writes the log scores
 the model; `Evaluations.add` logs the row and says whether the run may stop there
 (`train.stop_at_target`).
@@ -27,12 +28,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from accelpipe import quality
 from accelpipe.engines.run_log import RunLog, mlperf_facts
 from accelpipe.io import write_csv
 from accelpipe.quality import QualityTarget, verdict
-from accelpipe.settings import TrainSettings
+from accelpipe.settings import TrainSettings, view
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,34 @@ class InTrainingEval:
     # and eval_samples: images, or volumes for the 3D datasets)
     train_samples: int
     eval_samples: int
+
+
+Evaluate = TypeVar("Evaluate")  # a workload's evaluate settings class
+
+
+def in_training_eval(
+    workload: str,
+    cfg: Mapping[str, Any],
+    train: TrainSettings,
+    evaluate: type[Evaluate],
+    score: Callable[[Any, Evaluate], Mapping[str, Any]],
+    samples: Callable[[], tuple[int, int]],
+) -> InTrainingEval | None:
+    """A workload's evaluations inside training, scored as its evaluate stage scores: None
+    without train.eval_every. `score(model, settings)` gets the model as it is and the
+    train slice's evaluate block as `evaluate`; `samples()`, read only where the run
+    evaluates, gives the sizes of the training set and of the set scored; the quality target
+    is the slice's `target` block's for `workload`."""
+    if not train.eval_every:
+        return None
+    settings = view(evaluate, cfg["evaluate"], where=f"{workload}.evaluate")
+    train_samples, eval_samples = samples()
+    return InTrainingEval(
+        lambda model: score(model, settings),
+        quality.target_for(workload, cfg["target"]),
+        train_samples=train_samples,
+        eval_samples=eval_samples,
+    )
 
 
 class RunClock:

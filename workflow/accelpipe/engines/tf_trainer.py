@@ -43,21 +43,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from accelpipe.devices import tf_device, tf_gemm
-from accelpipe.devices.host import HostWindow
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.engines import (
-    ENGINES,
-    tf_flops,
-)
+from accelpipe.engines import ENGINES, run_sequence, tf_flops
 from accelpipe.engines.attempts import Attempts
-from accelpipe.engines.energy import power_facts, power_meter
 from accelpipe.engines.evaluations import InTraining, InTrainingEval
-from accelpipe.engines.facts import run_facts
 from accelpipe.engines.run_log import RunLog
+from accelpipe.engines.run_sequence import Place
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.tf_data_checks import data_errors
@@ -65,8 +60,7 @@ from accelpipe.io import free_space, write_text
 from accelpipe.keras2 import keras, tf
 from accelpipe.launch import tf_launch
 from accelpipe.launch.tf_launch import InputShard
-from accelpipe.launch.workers import check_global_batch
-from accelpipe.settings import PROFILE_OFF, ProfileSettings, TFTrain, view
+from accelpipe.settings import PROFILE_OFF, ProfileSettings, TFTrain
 from accelpipe.xspace import xspace_to_op_table, xspace_to_trace_json
 
 MODEL_FILE = ENGINES["tensorflow"].weights
@@ -115,74 +109,84 @@ def in_worker() -> bool:
 def run_training(
     cfg: dict[str, Any], train_cfg: Train, work_dir: Path, make_job: JobFactory[Train]
 ) -> dict[str, Any] | None:
-    """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
+    """Train a workload's job into `work_dir`, resuming from its checkpoint if present
+    (run_sequence.run, by `TFRun`'s steps).
 
     Writes the model's weights (MODEL_FILE) and returns the run facts for stage.json on the
     chief; the other workers of a multi-worker run return None. The chief meters the energy
-    of the devices it sees from here to the end of training (engines.power_meter): per
+    of the devices it sees from the start to the end of training (engines.energy.power_meter): per
     logged step in train_log.csv, in all in the facts' `power`.
     """
-    with tf_device.determinism(train_cfg.deterministic):
-        return _run_training(cfg, train_cfg, work_dir, make_job)
+    return run_sequence.run(TFRun(make_job), cfg, train_cfg, work_dir)
 
 
-def _run_training(
-    cfg: dict[str, Any], train_cfg: Train, work_dir: Path, make_job: JobFactory[Train]
-) -> dict[str, Any] | None:
-    index, world = tf_launch.cluster()
-    mlperf_log = RunLog(work_dir, writes=index == 0)  # initialisation starts
-    with power_meter(cfg["backend"], writes_log=index == 0) as meter:
-        check_global_batch(train_cfg.batch_size, world)
+class TFRun(Generic[Train]):
+    """The TensorFlow steps of the run sequence (run_sequence.EngineRun) for one job: op
+    determinism held for the run, the worker's place in the cluster, the strategy made before
+    TensorFlow runs any op, the job built in the strategy's scope."""
+
+    def __init__(self, make_job: JobFactory[Train]) -> None:
+        self.make_job = make_job
+
+    @contextlib.contextmanager
+    def session(self, backend: str, train: Train) -> Iterator[Place]:
+        with tf_device.determinism(train.deterministic):
+            self.index, self.world = tf_launch.cluster()
+            yield Place(self.index == 0, self.world)
+
+    def prepare(self, backend: str, train: Train) -> TFDevice:
         # The strategy must exist before TensorFlow runs any op; one process: no strategy.
-        strategy = tf_device.multi_worker_strategy(cfg["backend"]) if world > 1 else None
-        device = tf_device.resolve(cfg["backend"], train_cfg.precision)
-        device.apply_policy()  # before the model is built: layers take the global policy
-        keras.utils.set_random_seed(train_cfg.seed)  # the same on every worker: the same init
-        profile = view(ProfileSettings, cfg["profile"], where="profile")
-        shard = InputShard(world, index, train_cfg.batch_size // world)
-        place = strategy.scope() if strategy else tf.device(device.device)
+        self.strategy = tf_device.multi_worker_strategy(backend) if self.world > 1 else None
+        self.device = tf_device.resolve(backend, train.precision)
+        self.device.apply_policy()  # before the model is built: layers take the global policy
+        keras.utils.set_random_seed(train.seed)  # the same on every worker: the same init
+        return self.device
+
+    def trainer(
+        self,
+        train: Train,
+        profile: ProfileSettings,
+        work_dir: Path,
+        power: PowerMeter | NoPower,
+        run_log: RunLog,
+    ) -> TFTrainer:
+        shard = InputShard(self.world, self.index, train.batch_size // self.world)
+        place = self.strategy.scope() if self.strategy else tf.device(self.device.device)
         with place:
-            job = make_job(train_cfg, device)
-            trainer = TFTrainer(
-                job, device, train_cfg, profile, work_dir, shard, strategy, meter, mlperf_log
+            self.job = self.make_job(train, self.device)
+            return TFTrainer(
+                self.job,
+                self.device,
+                train,
+                profile,
+                work_dir,
+                shard,
+                self.strategy,
+                power,
+                run_log,
             )
-        resumed_from = trainer.step if trainer.resume() else None
-        # the ceiling the run's FLOP rate is set against: this device and precision
-        with tf.device(device.device):
-            gemm = tf_gemm.measure_gemm_tflops(device).as_dict()
-        gemm["tf32_switches"] = tf_gemm.tf32_switches(device.backend)
-        host = HostWindow()  # other processes' CPU time over the training loop
-        host.start()
-        trainer.fit()
-        host_facts = host.stop()
-        if index != 0:
+
+    def gemm(self) -> dict[str, Any]:
+        with tf.device(self.device.device):
+            gemm = tf_gemm.measure_gemm_tflops(self.device).as_dict()
+        gemm["tf32_switches"] = tf_gemm.tf32_switches(self.device.backend)
+        return gemm
+
+    def save(self, work_dir: Path) -> None:
+        """The chief's weights in `work_dir`; the other workers save too, and all wait for
+        each other."""
+        if self.index != 0:
             # Every worker saves: reading sync-on-read variables (BN moving statistics) is a
             # collective the chief would wait on forever. Only the chief's file is kept.
             with tempfile.TemporaryDirectory() as scratch:
-                job.model.save_weights(str(Path(scratch) / MODEL_FILE))
+                self.job.model.save_weights(str(Path(scratch) / MODEL_FILE))
         else:
-            job.model.save_weights(str(work_dir / MODEL_FILE))
-        if strategy is not None:
+            self.job.model.save_weights(str(work_dir / MODEL_FILE))
+        if self.strategy is not None:
             # Once the chief returns, its stage moves the work directory into place and drops the
             # checkpoints, while a worker may still be writing its last one in there (a model
             # without sync-on-read variables saves with no collective to hold the chief back).
-            _all_workers_done(strategy)
-        if index != 0:
-            return None
-        energy = power_facts(meter, backend=device.backend, world_size=world, nodes=train_cfg.nodes)
-        return run_facts(
-            device,
-            compiled=train_cfg.compile,
-            steps=trainer.step,
-            resumed_from=resumed_from,
-            world_size=world,
-            global_batch=job.batch_size,
-            job_facts=job.facts | trainer.in_training.facts(),
-            flops=trainer.flops,
-            gemm=gemm,
-            power=energy,
-            host=host_facts,
-        )
+            _all_workers_done(self.strategy)
 
 
 def _all_workers_done(strategy: tf.distribute.Strategy) -> None:
@@ -274,6 +278,18 @@ class TFTrainer:
     @property
     def epoch(self) -> int:
         return int(self._epoch.numpy())
+
+    @property
+    def compiled(self) -> bool:
+        return self.cfg.compile
+
+    @property
+    def global_batch(self) -> int:
+        return self.job.batch_size
+
+    def job_facts(self) -> dict[str, Any]:
+        """The workload's facts and those of the evaluations inside training (stage.json)."""
+        return self.job.facts | self.in_training.facts()
 
     @property
     def step(self) -> int:

@@ -12,8 +12,10 @@ feeds its shard of the global batch, gradients are averaged, and only rank 0 wri
 dict, so a job may resume with a different number of processes.
 
 Everything is written into a *work* directory that lives outside the rule's
-declared outputs; `finalize` renames it onto the output only once training is
-complete, so a partial run never looks finished.
+declared outputs; the train stage moves it onto the output only once training is
+complete, so a partial run never looks finished. The run's sequence (device, run log,
+power meter, resume, fit, save, facts) is engines.run_sequence's; `TorchRun` gives it the
+PyTorch steps.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -36,19 +38,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe import optim
 from accelpipe.devices import torch_device, torch_gemm
-from accelpipe.devices.host import HostWindow
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.torch_device import Device
-from accelpipe.engines import (
-    ENGINES,
-    MEMORY_SNAPSHOT,
-    torch_flops,
-)
+from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, run_sequence, torch_flops
 from accelpipe.engines.attempts import Attempts
-from accelpipe.engines.energy import power_facts, power_meter
 from accelpipe.engines.evaluations import InTraining, InTrainingEval
-from accelpipe.engines.facts import run_facts
 from accelpipe.engines.run_log import RunLog
+from accelpipe.engines.run_sequence import Place
 from accelpipe.engines.train_log import (
     LOG_FIELDS,
     SECTIONS,
@@ -60,11 +56,22 @@ from accelpipe.engines.train_log import (
 )
 from accelpipe.errors import DataError
 from accelpipe.io import disk_full_names, write_text
-from accelpipe.launch import torch_launch, workers
+from accelpipe.launch import torch_launch
 from accelpipe.launch.torch_launch import DistContext
-from accelpipe.settings import ProfileSettings, TorchTrain, view
+from accelpipe.settings import ProfileSettings, TorchTrain
 
-__all__ = ["LOG_FIELDS", "SECTIONS", "TrainJob", "Trainer", "load_for_eval", "run_training"]
+__all__ = [
+    "LOG_FIELDS",
+    "SECTIONS",
+    "TorchRun",
+    "TrainJob",
+    "Trainer",
+    "in_worker",
+    "launch_training",
+    "limit_threads",
+    "load_for_eval",
+    "run_training",
+]
 (CHECKPOINT,) = ENGINES["pytorch"].checkpoints
 MODEL_FILE = ENGINES["pytorch"].weights
 PROFILER_TABLE = ENGINES["pytorch"].profiler_table
@@ -116,63 +123,78 @@ def run_training(
     make_job: JobFactory[Train],
     auto_precision: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
-    """Train a workload's job into `work_dir`, resuming from its checkpoint if present.
+    """Train a workload's job into `work_dir`, resuming from its checkpoint if present
+    (run_sequence.run, by `TorchRun`'s steps).
 
     `cfg` is the train stage's slice (backend, train, profile, ...), `train_cfg` its train
-    block as the workload's own settings class. Writes model.pt (the
-    bare model's weights plus `job.checkpoint`) on rank 0 and returns the run facts there;
-    the other ranks of a multi-process run return None. Rank 0 meters the energy of the
-    devices from here to the end of training (engines.power_meter): per logged step in
-    train_log.csv, in all in the facts' `power`.
+    block as the workload's own settings class. Writes model.pt (the bare model's weights plus
+    `job.checkpoint`) on rank 0 and returns the run facts there; the other ranks of a
+    multi-process run return None. Rank 0 meters the energy of the devices from the start to
+    the end of training (engines.energy.power_meter): per logged step in train_log.csv, in all in
+    the facts' `power`.
     """
-    device = torch_device.resolve(
-        cfg["backend"],
-        train_cfg.precision,
-        train_cfg.channels_last,
-        torch_launch.local_rank(),
-        auto_precision,
-    )
-    ctx = torch_launch.init_from_env(device)
-    mlperf_log = RunLog(work_dir, writes=ctx.is_main)  # initialisation starts
-    try:
-        with power_meter(cfg["backend"], writes_log=ctx.is_main) as meter:
-            workers.check_global_batch(train_cfg.batch_size, ctx.world_size)
-            seed_everything(train_cfg.seed)  # the same on every rank: same init, same batches
-            job = make_job(train_cfg, device, ctx)
-            profile = view(ProfileSettings, cfg["profile"], where="profile")
-            trainer = Trainer(
-                job, device, train_cfg, profile, work_dir, dist=ctx, power=meter, run_log=mlperf_log
-            )
-            resumed_from = trainer.step if trainer.resume() else None
-            # the ceiling the run's FLOP rate is set against: this device, this precision
-            gemm = torch_gemm.measure_gemm_tflops(device).as_dict()
-            gemm["tf32_switches"] = torch_gemm.tf32_switches(device.backend)
-            host = HostWindow()  # other processes' CPU time over the training loop
-            host.start()
-            trainer.fit()
-            if not ctx.is_main:
-                return None
-            host_facts = host.stop()
-            weights = {"state_dict": trainer.model.state_dict(), **job.checkpoint}
+    return run_sequence.run(TorchRun(make_job, auto_precision), cfg, train_cfg, work_dir)
+
+
+class TorchRun(Generic[Train]):
+    """The PyTorch steps of the run sequence (run_sequence.EngineRun) for one job: the device
+    resolved for this rank before the process group joins, the job built on both."""
+
+    def __init__(
+        self, make_job: JobFactory[Train], auto_precision: dict[str, str] | None = None
+    ) -> None:
+        self.make_job, self.auto_precision = make_job, auto_precision
+
+    @contextlib.contextmanager
+    def session(self, backend: str, train: Train) -> Iterator[Place]:
+        self.device = torch_device.resolve(
+            backend,
+            train.precision,
+            train.channels_last,
+            torch_launch.local_rank(),
+            self.auto_precision,
+        )
+        self.ctx = torch_launch.init_from_env(self.device)
+        try:
+            yield Place(self.ctx.is_main, self.ctx.world_size)
+        finally:
+            self.ctx.destroy()
+
+    def prepare(self, backend: str, train: Train) -> Device:
+        seed_everything(train.seed)  # the same on every rank: same init, same batches
+        return self.device
+
+    def trainer(
+        self,
+        train: Train,
+        profile: ProfileSettings,
+        work_dir: Path,
+        power: PowerMeter | NoPower,
+        run_log: RunLog,
+    ) -> Trainer:
+        self.job = self.make_job(train, self.device, self.ctx)
+        self.trained = Trainer(
+            self.job,
+            self.device,
+            train,
+            profile,
+            work_dir,
+            dist=self.ctx,
+            power=power,
+            run_log=run_log,
+        )
+        return self.trained
+
+    def gemm(self) -> dict[str, Any]:
+        gemm = torch_gemm.measure_gemm_tflops(self.device).as_dict()
+        gemm["tf32_switches"] = torch_gemm.tf32_switches(self.device.backend)
+        return gemm
+
+    def save(self, work_dir: Path) -> None:
+        """model.pt on rank 0: the bare model's weights and the job's checkpoint facts."""
+        if self.ctx.is_main:
+            weights = {"state_dict": self.trained.model.state_dict(), **self.job.checkpoint}
             save_file(weights, work_dir / MODEL_FILE)
-            energy = power_facts(
-                meter, backend=device.backend, world_size=ctx.world_size, nodes=train_cfg.nodes
-            )
-            return run_facts(
-                device,
-                compiled=train_cfg.compile,
-                steps=trainer.step,
-                resumed_from=resumed_from,
-                world_size=ctx.world_size,
-                global_batch=train_cfg.batch_size,
-                job_facts=job.facts | trainer.in_training.facts(),
-                flops=trainer.flops,
-                gemm=gemm,
-                power=energy,
-                host=host_facts,
-            )
-    finally:
-        ctx.destroy()
 
 
 def save_file(obj: Any, path: Path) -> None:
@@ -314,6 +336,18 @@ class Trainer:
             if cfg.compile
             else None
         )
+
+    @property
+    def compiled(self) -> bool:
+        return self.cfg.compile
+
+    @property
+    def global_batch(self) -> int:
+        return self.cfg.batch_size
+
+    def job_facts(self) -> dict[str, Any]:
+        """The workload's facts and those of the evaluations inside training (stage.json)."""
+        return self.job.facts | self.in_training.facts()
 
     def _replicate(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.dist.world_size == 1:

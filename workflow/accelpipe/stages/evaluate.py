@@ -5,7 +5,6 @@ the run's last training step, beside the train stage's)."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import time
@@ -21,7 +20,7 @@ log = logging.getLogger("accelpipe")
 
 def run_evaluate(args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    importlib.import_module(engines.for_workload(args.workload).module).limit_threads(args.threads)
+    engines.hooks(engines.for_workload(args.workload)).limit_threads(args.threads)
     module = workloads.get(args.workload)
     cfg = load_slice(args.config_json)
     with atomic_path(args.out) as tmp:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -156,7 +155,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 def _run_train(args: argparse.Namespace, started: float) -> None:
     spec = engines.for_workload(args.workload)
-    engine = importlib.import_module(spec.module)
+    engine = engines.hooks(spec)
     # the evaluate settings outside train's key (batch size, ...) come with the job's environment
     cfg = with_eval_settings(load_slice(args.config_json), args.workload)
     train_cfg = common_train(cfg["train"])

@@ -18,9 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from accelpipe import quality
 from accelpipe.devices import torch_device
-from accelpipe.engines.evaluations import InTrainingEval
+from accelpipe.engines.evaluations import in_training_eval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs.imagefolder import EvalTransform, IndexedImages, TrainTransform, make_loader
 from accelpipe.io import read_json, write_json
@@ -90,15 +89,14 @@ def train(
             return _epoch_batches(loader, sampler, epoch, steps)
 
         loss = torch.nn.CrossEntropyLoss(label_smoothing=train_cfg.label_smoothing)
-        evaluation = None
-        if train_cfg.eval_every:
-            ev = view(ResNet50Evaluate, cfg["evaluate"], where="resnet50.evaluate")
-            evaluation = InTrainingEval(
-                lambda model: _scores(model, device, prepared, ev, size, index["classes"])[0],
-                quality.target_for("resnet50", cfg["target"]),
-                train_samples=len(dataset),
-                eval_samples=index["val"],
-            )
+        evaluation = in_training_eval(
+            "resnet50",
+            cfg,
+            train_cfg,
+            ResNet50Evaluate,
+            lambda model, ev: _scores(model, device, prepared, ev, size, index["classes"])[0],
+            lambda: (len(dataset), index["val"]),
+        )
         return TrainJob(
             build_model(cfg["model"], index["classes"]),
             loss,

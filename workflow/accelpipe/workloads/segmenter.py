@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from accelpipe import quality
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.evaluations import InTrainingEval
+from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.ade20k_input import eval_dataset, normalise, train_dataset
@@ -325,15 +324,18 @@ def _in_training(
     cfg: dict[str, Any], train_cfg: SegmenterTrain, prepared: Path, window: int
 ) -> InTrainingEval | None:
     """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
-    if not train_cfg.eval_every:
-        return None
-    ev = view(SegmenterEvaluate, cfg["evaluate"], where="segmenter.evaluate")
-    splits = read_json(prepared / "dataset.json")["splits"]
-    return InTrainingEval(
-        lambda model: _scores(model, prepared, ev, window)[0],
-        quality.target_for("segmenter", cfg["target"]),
-        train_samples=splits["train"]["images"],
-        eval_samples=splits["val"]["images"],
+
+    def samples() -> tuple[int, int]:
+        splits = read_json(prepared / "dataset.json")["splits"]
+        return splits["train"]["images"], splits["val"]["images"]
+
+    return in_training_eval(
+        "segmenter",
+        cfg,
+        train_cfg,
+        SegmenterEvaluate,
+        lambda model, ev: _scores(model, prepared, ev, window)[0],
+        samples,
     )
 
 

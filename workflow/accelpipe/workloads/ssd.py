@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe import quality
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
-from accelpipe.engines.evaluations import InTrainingEval
+from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.tf_trainer import TFTrainJob
 from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.coco_input import eval_dataset, train_dataset
@@ -228,15 +227,18 @@ def _scores(
 
 def _in_training(cfg: dict[str, Any], train_cfg: SSDTrain, prepared: Path) -> InTrainingEval | None:
     """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
-    if not train_cfg.eval_every:
-        return None
-    ev = view(SSDEvaluate, cfg["evaluate"], where="ssd.evaluate")
-    splits = read_json(prepared / "dataset.json")["splits"]
-    return InTrainingEval(
-        lambda model: _scores(model, prepared, ev)[0],
-        quality.target_for("ssd", cfg["target"]),
-        train_samples=splits["train"]["images"],
-        eval_samples=splits["val"]["images"],
+
+    def samples() -> tuple[int, int]:
+        splits = read_json(prepared / "dataset.json")["splits"]
+        return splits["train"]["images"], splits["val"]["images"]
+
+    return in_training_eval(
+        "ssd",
+        cfg,
+        train_cfg,
+        SSDEvaluate,
+        lambda model, ev: _scores(model, prepared, ev)[0],
+        samples,
     )
 
 

@@ -20,9 +20,8 @@ import torch
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
-from accelpipe import quality
 from accelpipe.devices import torch_device, workload_auto
-from accelpipe.engines.evaluations import InTrainingEval
+from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs import volumes
 from accelpipe.io import read_json, write_json
@@ -98,20 +97,20 @@ def _in_training(
     settings: volumes.VolumeSettings,
     label: str,
 ) -> InTrainingEval | None:
-    """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
-    if not train_cfg.eval_every:
-        return None
+    """The run's evaluations inside training (train.eval_every), scored as `evaluate` does
+    (its prediction reads the evaluate block itself)."""
 
-    def score(model: torch.nn.Module) -> dict[str, Any]:
+    def score(model: torch.nn.Module, _: SwinUNETREvaluate) -> dict[str, Any]:
         dice = [d for *_, d in _scored_cases(model, device, prepared, cfg, settings)]
         return _dice_metrics(cfg, label, dice)
 
-    return InTrainingEval(
-        score,
-        quality.target_for("swinunetr", cfg["target"]),
-        train_samples=len(volumes.datalist(prepared, "training")),
-        eval_samples=len(volumes.datalist(prepared, "validation")),
-    )
+    def samples() -> tuple[int, int]:
+        return (
+            len(volumes.datalist(prepared, "training")),
+            len(volumes.datalist(prepared, "validation")),
+        )
+
+    return in_training_eval("swinunetr", cfg, train_cfg, SwinUNETREvaluate, score, samples)
 
 
 def _model_from_checkpoint(checkpoint: dict[str, Any]) -> torch.nn.Module:

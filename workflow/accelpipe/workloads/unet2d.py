@@ -21,10 +21,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from accelpipe import quality
 from accelpipe.config import split_fold
 from accelpipe.devices import torch_device
-from accelpipe.engines.evaluations import InTrainingEval
+from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.errors import ConfigError
 from accelpipe.inputs.slices import SliceBatches
@@ -127,15 +126,18 @@ def _in_training(
     run: str,
 ) -> InTrainingEval | None:
     """The fold's evaluations inside training (train.eval_every), scored as `evaluate` does."""
-    if not train_cfg.eval_every:
-        return None
-    ev = view(UNet2DEvaluate, cfg["evaluate"], where="unet2d.evaluate")
-    cases = split(prepared, run)
-    return InTrainingEval(
-        lambda model: score(model, device, prepared, run, ev.batch_size),
-        quality.target_for("unet2d", cfg["target"]),
-        train_samples=len(cases["train"]),
-        eval_samples=len(cases["val"]),
+
+    def samples() -> tuple[int, int]:
+        cases = split(prepared, run)
+        return len(cases["train"]), len(cases["val"])
+
+    return in_training_eval(
+        "unet2d",
+        cfg,
+        train_cfg,
+        UNet2DEvaluate,
+        lambda model, ev: score(model, device, prepared, run, ev.batch_size),
+        samples,
     )
 
 
