@@ -18,10 +18,9 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity
 
-from accelpipe import engines
 from accelpipe.devices import power
 from accelpipe.devices.torch_device import Device, resolve
-from accelpipe.engines import MEMORY_SNAPSHOT, run_sequence
+from accelpipe.engines import MEMORY_SNAPSHOT, energy, run_sequence
 from accelpipe.engines.torch_trainer import (
     CHECKPOINT,
     PROFILER_TABLE,
@@ -342,7 +341,7 @@ def test_without_a_power_source_every_energy_figure_is_null_with_the_reason(
 
 
 def _nvml_meter(monkeypatch: pytest.MonkeyPatch, counter: dict[str, float]) -> list:
-    """engines.open_meter replaced by an NVML meter over one stand-in GPU whose energy
+    """engines.energy.open_meter replaced by an NVML meter over one stand-in GPU whose energy
     counter reads `counter["mj"]`; returns the list the meters opened are put in."""
     nvml = fake_pynvml(energy_mj=[[0]])
     nvml.nvmlDeviceGetTotalEnergyConsumption = lambda handle: counter["mj"]
@@ -353,7 +352,7 @@ def _nvml_meter(monkeypatch: pytest.MonkeyPatch, counter: dict[str, float]) -> l
         opened.append(power.open_meter("cuda", ["0"]))
         return opened[-1]
 
-    monkeypatch.setattr(engines, "open_meter", open_meter)
+    monkeypatch.setattr(energy, "open_meter", open_meter)
     return opened
 
 
