@@ -82,7 +82,8 @@ def test_no_measured_step_gives_no_statistics(tmp_path: Path) -> None:
     assert stats["data_wait_share"] is None
     assert stats["throughput"]["samples_per_s"] is None
     assert stats["throughput"]["not_measured"] == (
-        "the warm-up (performance.warmup_steps: 8 per attempt) is at least as long as the run (8 logged steps)"
+        "the warm-up (performance.warmup_steps: 8 per attempt) is at least as long as the run "
+        "(8 logged steps)"
     )
 
 
