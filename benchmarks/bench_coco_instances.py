@@ -31,6 +31,8 @@ from math import inf
 from pathlib import Path
 from typing import Any
 
+import smoke  # the sibling module (sys.path[0] when run as a script)
+
 from accelpipe.datasets.coco_instances import records
 
 ANNOTATIONS_PER_IMAGE = 860001 / 118287
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--images", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=3, help="best of N timings for each side")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    args = smoke.parse_args(ap, argv, images=10, repeats=1)
 
     content = instances(args.images, args.seed)
     with tempfile.TemporaryDirectory(prefix="bench_coco_instances.") as scratch:
@@ -122,6 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         size = path.stat().st_size
     result = {
         "bench": "coco_instances",
+        "smoke": args.smoke,
         "images": args.images,
         "annotations": annotations,
         "records": len(kept),

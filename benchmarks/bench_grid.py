@@ -22,7 +22,8 @@ previous run's work/segmenter, results/segmenter and logs/segmenter:
 
 The modes alternate over `--repeats` (P S S P ...: other jobs' load hits both alike); wall
 seconds are the median per mode; ratio = sequential / parallel (the grid's speed-up; > 1 is
-faster in parallel). No target is asserted.
+faster in parallel). No target is asserted. `--dry-run` (and `--smoke`) plans the grid in both
+modes instead of running it: it checks the set-up, and times Snakemake's planning only.
 
 Parallelism on CPU: the `accel` resource is 0 there (train_accelerators: no devices to
 lease), so only `--cores` limits concurrency. A train job asks 4 threads and gets all of N=2
@@ -49,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import smoke
 from tests.workflow.project import TINY_CONFIG, Project, make_project
 
 WORKLOAD = "segmenter"
@@ -82,11 +84,12 @@ def max_concurrent(log: str) -> int:
     return most
 
 
-def run_grid(project: Project, cores: int, serial: bool) -> tuple[float, int]:
+def run_grid(project: Project, cores: int, serial: bool, dry_run: bool) -> tuple[float, int]:
     """(wall seconds, most jobs at once) of the whole grid from no trial outputs."""
     clear_trials(project)
     # Project.snakemake passes `--cores 2` first; the later `--cores` wins.
-    args = (*(SERIAL if serial else ()), "--cores", str(cores), GRID)
+    plan = ("--dry-run",) if dry_run else ()
+    args = (*(SERIAL if serial else ()), *plan, "--cores", str(cores), GRID)
     started = time.perf_counter()
     proc = project.snakemake(*args)
     wall = time.perf_counter() - started
@@ -99,21 +102,24 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--lrs", type=float, nargs="*", default=[], help="a train.lr grid axis")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each mode, alternating")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--dry-run", action="store_true", help="plan the grid, run no job")
+    args = smoke.parse_args(ap, argv, dry_run=True)
 
     config = grid_config(args.lrs)
     scratch = Path(tempfile.mkdtemp(prefix="bench_grid.", dir=args.tmp))
     try:
         (scratch / "project").mkdir()
         project = make_project(scratch / "project", config)
-        project.snakemake(PREPARED)  # untimed: the dataset is not the grid's cost
+        if not args.dry_run:
+            project.snakemake(PREPARED)  # untimed: the dataset is not the grid's cost
         jobs = project.planned_jobs(GRID)
         wall: dict[str, list[float]] = {"parallel": [], "sequential": []}
         most: dict[str, list[int]] = {"parallel": [], "sequential": []}
         names = list(wall)
         for r in range(args.repeats):
             for name in names if r % 2 == 0 else names[::-1]:
-                seconds, at_once = run_grid(project, args.cores, name == "sequential")
+                serial = name == "sequential"
+                seconds, at_once = run_grid(project, args.cores, serial, args.dry_run)
                 wall[name].append(seconds)
                 most[name].append(at_once)
     finally:
@@ -122,6 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
     median = {name: statistics.median(v) for name, v in wall.items()}
     result = {
         "bench": "grid",
+        "smoke": args.smoke,
+        "dry_run": args.dry_run,
         "device": "cpu",
         "workload": WORKLOAD,
         "cores": args.cores,

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import smoke  # the sibling module (sys.path[0] when run as a script)
 import torch
 import yaml
 
@@ -69,19 +70,20 @@ def step_rate(model_cfg: dict, train_cfg: dict, patch: list[int], steps: int) ->
     return steps / (time.perf_counter() - started)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--workers", type=int, default=None, help="default: train.loader_workers")
-    args = parser.parse_args()
+    parser.add_argument("--cases", type=int, default=None, help="default: the synthetic data's")
+    # five cases: prepare splits them into five folds
+    args = smoke.parse_args(parser, argv, batches=1, steps=1, workers=0, cases=5)
     config = validate(yaml.safe_load((REPO / "config.yaml").read_text()))
     block, synth = config["unet2d"], config["datasets"]["brats"]["synthetic"]
     workers = block["train"]["loader_workers"] if args.workers is None else args.workers
+    n_cases = synth["cases"] if args.cases is None else args.cases
     with tempfile.TemporaryDirectory() as tmp:
-        raw = brats.synthesize(
-            Path(tmp) / "raw", cases=synth["cases"], shape=synth["shape"], seed=0
-        )
+        raw = brats.synthesize(Path(tmp) / "raw", cases=n_cases, shape=synth["shape"], seed=0)
         prepared = brats.prepare(
             raw, Path(tmp) / "prepared", patch_size=block["prepare"]["patch_size"]
         )
@@ -93,6 +95,7 @@ def main() -> None:
         json.dumps(
             {
                 "bench": "loader_vs_train",
+                "smoke": args.smoke,
                 "batch_size": block["train"]["batch_size"],
                 "loader_workers": workers,
                 "loader_batches_per_s": round(loader, 2),

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+import smoke  # the sibling module (sys.path[0] when run as a script)
 
 from accelpipe.datasets import brats
 
@@ -70,7 +71,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3, help="best of N timings for each side")
     ap.add_argument("--variant", choices=VARIANTS, default="nifti1", help="images' NIfTI variant")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
-    args = ap.parse_args(argv)
+    # five cases: prepare splits them into five folds
+    args = smoke.parse_args(
+        ap, argv, cases=5, shape=(32, 32, 16), patch=(32, 32), workers=1, repeats=1
+    )
 
     scratch = Path(tempfile.mkdtemp(prefix="bench_prepare.", dir=args.tmp))
     try:
@@ -93,6 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     raw_mb = raw_bytes / 1e6
     result = {
         "bench": "prepare",
+        "smoke": args.smoke,
         "cases": args.cases,
         "shape": list(args.shape),
         "workers": args.workers,

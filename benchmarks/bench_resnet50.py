@@ -57,6 +57,7 @@ from accelpipe.inputs.imagefolder import IndexedImages, TrainTransform, make_loa
 from accelpipe.models.resnet50 import ResNet
 from accelpipe.settings import ProfileSettings, ResNet50Train, view
 from accelpipe.workloads.resnet50 import build_model
+from benchmarks import smoke
 from benchmarks.step_harness import (
     Batch,
     TrainerSteps,
@@ -229,7 +230,7 @@ def prepare_data(imagenet_cfg: dict[str, Any], tmp: Path) -> Path:
     return imagenet.prepare_variant("index", tmp / "raw", tmp / "prepared", options, workers=1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
@@ -248,13 +249,26 @@ def main() -> None:
     parser.add_argument(
         "--no-profiled", dest="profiled", action="store_false", help="skip the profiled variant"
     )
-    args = parser.parse_args()
+    args = smoke.parse_args(
+        parser,
+        argv,
+        batch=4,
+        steps=1,
+        warmup_steps=1,
+        rounds=1,
+        distinct_batches=1,
+        loader_batches=1,
+        workers=0,
+        threads=1,
+    )
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     config = validate(yaml.safe_load((REPO / "config.yaml").read_text()))
     block, data_cfg = config["resnet50"], config["datasets"]["imagenet"]
     model_cfg, synth = dict(block["model"]), dict(data_cfg["synthetic"])
-    train = {**block["train"], "precision": args.precision}
+    # The step alone, as a benchmark row trains (stage_config.benchmark_row): no evaluation
+    # inside training, which the Trainer would refuse to schedule without the job's evaluator.
+    train = {**block["train"], "precision": args.precision, "eval_every": 0}
     classes = synth["classes"]
     if args.full:
         model_cfg.update(FULL_MODEL)
@@ -274,7 +288,7 @@ def main() -> None:
         view(ResNet50Train, train), epochs=1, steps_per_epoch=args.steps
     )
     device = torch_device.resolve(args.device, train_cfg.precision, train_cfg.channels_last)
-    profile = view(ProfileSettings, block["profile"])
+    profile = view(ProfileSettings, smoke.profile(block["profile"], args.smoke))
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         prepared = prepare_data({**data_cfg, "synthetic": synth}, tmp)
@@ -283,6 +297,7 @@ def main() -> None:
         steps = measure_steps(model_cfg, classes, train_cfg, device, profile, args, tmp)
     result = {
         "bench": "resnet50_train_vs_minimal",
+        "smoke": args.smoke,
         "device": device.name,
         "threads": torch.get_num_threads(),
         "precision": device.precision,

@@ -47,7 +47,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import tf_bench  # the sibling module (sys.path[0] when run as a script)
+import smoke  # the sibling modules (sys.path[0] when run as a script)
+import tf_bench
 from tf_bench import (
     build_trainer,
     capture_job_factory,
@@ -80,7 +81,9 @@ def train_slice(
 ) -> dict[str, Any]:
     """The train stage's config slice (schema defaults, run fp32) with the bench's settings."""
     cfg = copy.deepcopy(stage_config.train(validate({}), "segmenter", RUN))
-    cfg["model"].update(encoder=encoder, image_size=image_size)
+    # random init, as the shipped CPU config trains: the step costs the same from any starting
+    # weights, and the schema's default (converted published weights) is a download
+    cfg["model"].update(encoder=encoder, image_size=image_size, pretrained="none")
     cfg["train"].update(batch_size=batch, precision=precision, compile=compile_)
     cfg["profile"]["enabled"] = False
     return cfg
@@ -142,7 +145,23 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--compile", action="store_true", help="XLA (train.compile)")
     ap.add_argument("--threads", type=int, default=0, help="TF op threads (0: all usable CPUs)")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
-    args = ap.parse_args(argv)
+    args = smoke.parse_args(
+        ap,
+        argv,
+        batch=2,
+        image_size=32,
+        also=[],
+        images=4,
+        size=(64, 48),
+        shards=1,
+        batches=1,
+        warmup=1,
+        steps=1,
+        warmup_steps=1,
+        rounds=1,
+        distinct_batches=1,
+        threads=1,
+    )
 
     if args.threads:
         tf_trainer.limit_threads(args.threads)
@@ -176,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {
         "bench": "segmenter_input",
+        "smoke": args.smoke,
         "device": "cpu",
         "precision": args.precision,
         "compiled": args.compile,

@@ -41,7 +41,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench_segmenter_input import (  # the sibling script (sys.path[0] when run as a script)
+import smoke  # the sibling module (sys.path[0] when run as a script)
+from bench_segmenter_input import (
     ADE20K_SIZE,
     build_segmenter_trainer,
     make_prepared,
@@ -114,7 +115,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=0, help="TF op threads (0: all usable CPUs)")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
-    args = ap.parse_args(argv)
+    args = smoke.parse_args(
+        ap,
+        argv,
+        batch=2,
+        image_size=32,
+        rounds=1,
+        steps=1,
+        warmup_steps=1,
+        distinct_batches=1,
+        images=4,
+        size=(64, 48),
+        threads=1,
+    )
 
     if args.threads:
         tf_trainer.limit_threads(args.threads)
@@ -137,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result: dict[str, Any] = {
         "bench": "segmenter_step",
+        "smoke": args.smoke,
         "device": "cpu",
         "precision": args.precision,
         "batch": args.batch,

@@ -36,7 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench_ssd_input import (  # the sibling script (sys.path[0] when run as a script)
+import smoke  # the sibling module (sys.path[0] when run as a script)
+from bench_ssd_input import (
     build_ssd_trainer,
     make_prepared,
     train_slice,
@@ -90,7 +91,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=0, help="TF op threads (0: all usable CPUs)")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: system temp)")
-    args = ap.parse_args(argv)
+    args = smoke.parse_args(
+        ap,
+        argv,
+        batch=2,
+        width=8,
+        rounds=1,
+        steps=1,
+        warmup_steps=1,
+        distinct_batches=1,
+        images=4,
+        size=(64, 48),
+        threads=1,
+    )
 
     if args.threads:
         tf_trainer.limit_threads(args.threads)
@@ -110,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result: dict[str, Any] = {
         "bench": "ssd_step",
+        "smoke": args.smoke,
         "device": "cpu",
         "precision": args.precision,
         "batch": args.batch,

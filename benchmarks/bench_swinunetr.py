@@ -54,6 +54,7 @@ from accelpipe.inputs import volumes
 from accelpipe.models.swinunetr import build_model
 from accelpipe.settings import ProfileSettings, SwinUNETRTrain, view
 from accelpipe.workloads.swinunetr import AUTO_PRECISION
+from benchmarks import smoke
 from benchmarks.step_harness import (
     Batch,
     TrainerSteps,
@@ -115,7 +116,7 @@ def measure_steps(
     device = torch_device.resolve("cpu", train_cfg.precision, False, auto=AUTO_PRECISION)
     crops = train_cfg.batch_size * block["train"]["num_samples"]
     batches = make_batches(args.distinct_batches, crops, block["model"]["roi"], seed=0)
-    profile = view(ProfileSettings, block["profile"])
+    profile = view(ProfileSettings, smoke.profile(block["profile"], args.smoke))
     torch.manual_seed(train_cfg.seed)
     model = build_model(block["model"])
     ours = TrainerSteps(
@@ -193,7 +194,7 @@ def prepare_data(config: dict[str, Any], tmp: Path) -> Path:
     return nsclc.prepare_variant("nifti", tmp / "raw", tmp / "prepared", config["swinunetr"], 1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=1, help="steps per variant per round")
     parser.add_argument("--warmup-steps", type=int, default=1)
@@ -202,15 +203,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="default: torch's")
     parser.add_argument("--loader-batches", type=int, default=24)
     parser.add_argument("--workers", type=int, default=None, help="default: train.loader_workers")
+    parser.add_argument("--roi", type=int, nargs=3, default=None, help="default: model.roi")
     parser.add_argument(
         "--no-profiled", dest="profiled", action="store_false", help="skip the profiled variant"
     )
-    args = parser.parse_args()
+    args = smoke.parse_args(
+        parser,
+        argv,
+        steps=1,
+        warmup_steps=1,
+        rounds=1,
+        distinct_batches=1,
+        loader_batches=1,
+        workers=0,
+        threads=1,
+        roi=[64, 32, 32],
+    )
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     config = validate(yaml.safe_load((REPO / "config.yaml").read_text()))
     block = config["swinunetr"]
-    train = dict(run_train(block, "swinunetr", "default"), precision="fp32")
+    if args.roi is not None:
+        block["model"] = {**block["model"], "roi": args.roi}
+    # The step alone, as a benchmark row trains (stage_config.benchmark_row): no evaluation
+    # inside training, which the Trainer would refuse to schedule without the job's evaluator.
+    train = dict(run_train(block, "swinunetr", "default"), precision="fp32", eval_every=0)
     if args.workers is not None:
         train["loader_workers"] = args.workers
     # One epoch of `steps`: the schedule's warmup and cosine span what the bench runs.
@@ -226,6 +243,7 @@ def main() -> None:
     step_crops_per_s = steps["crops_per_step"] / (steps["step_ms"]["ours"] / 1e3)
     result = {
         "bench": "swinunetr_step_vs_minimal",
+        "smoke": args.smoke,
         "device": "cpu",
         "threads": torch.get_num_threads(),
         "precision": train_cfg.precision,

@@ -56,6 +56,8 @@ from math import inf
 from pathlib import Path
 from typing import Any
 
+import smoke  # the sibling module (sys.path[0] when run as a script)
+
 from accelpipe.datasets import ade20k, ade20k_layout, ade20k_tfrecord, coco, coco_tfrecord
 from accelpipe.datasets.ade20k_synthetic import synthesize as ade20k_synthesize
 from accelpipe.datasets.ade20k_tfrecord import pairs
@@ -286,13 +288,24 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--read-mb-per-s", type=float, default=None, help="throttle reads from that disk (root)"
     )
-    args = ap.parse_args(argv)
+    args = smoke.parse_args(
+        ap,
+        argv,
+        train=2,
+        val=1,
+        size=(64, 48),
+        train_shards=1,
+        val_shards=1,
+        workers=1,
+        repeats=1,
+    )
 
     chosen = DATASETS if args.dataset == "all" else (args.dataset,)
     scratch = Path(tempfile.mkdtemp(prefix="bench_tfrecord.", dir=args.tmp))
     try:
         with _read_limit(scratch, args.read_mb_per_s):
-            result = {"bench": "tfrecord"} | {d: _measure(d, args, scratch) for d in chosen}
+            measured = {d: _measure(d, args, scratch) for d in chosen}
+            result = {"bench": "tfrecord", "smoke": args.smoke} | measured
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     json.dump(result, sys.stdout)

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import smoke  # the sibling module (sys.path[0] when run as a script)
+
 MIB = 2**20
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("forward", "loss", "backward", "optimizer_step")
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size-mb", type=float, default=1024.0, help="trace size in MiB")
     ap.add_argument("--tmpdir", default=None, help="where to write the temporary trace")
     ap.add_argument("--style", choices=("gpu", "cpu"), default="gpu", help="what the trace holds")
-    args = ap.parse_args(argv)
+    args = smoke.parse_args(ap, argv, size_mb=1.0)
     gpu = args.style == "gpu"
     with tempfile.TemporaryDirectory(prefix="bench_trace_", dir=args.tmpdir) as tmp:
         path = Path(tmp) / "bench.pt.trace.json"
@@ -256,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         json.dumps(
             {
                 "bench": "trace_summary",
+                "smoke": args.smoke,
                 "style": args.style,
                 "size_mb": round(size_mb, 1),
                 "seconds": round(child["seconds"], 3),

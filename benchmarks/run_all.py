@@ -1,7 +1,11 @@
-"""Run every benchmark in its own process and print their JSON objects as one JSON list."""
+"""Run every benchmark in its own process and print their JSON objects as one JSON list.
+
+`--smoke` runs each in its smoke mode (benchmarks/smoke.py: smallest sizes, one repeat): it
+checks that they run, and its numbers measure nothing."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -26,14 +30,22 @@ BENCHMARKS = (
 )
 
 
-def main() -> None:
+def environment() -> dict[str, str]:
+    """This process's environment with the package and the repository on the import path."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "workflow"), str(HERE.parent)])
+    return env
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="each benchmark's smoke mode")
+    args = parser.parse_args(argv)
+    env = environment()
     results = []
     for name in BENCHMARKS:
-        out = subprocess.run(
-            [sys.executable, str(HERE / name)], env=env, check=True, capture_output=True, text=True
-        ).stdout
+        command = [sys.executable, str(HERE / name), *(["--smoke"] if args.smoke else [])]
+        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
         print(json.dumps(results[-1]), file=sys.stderr)
     print(json.dumps(results, indent=2))
