@@ -29,7 +29,8 @@ def config() -> dict:
 
 @pytest.mark.parametrize("run", ["fold0", "fold4", "slow/fold0", "slow/fold4"])
 def test_folds_of_each_named_run_below_the_count_exist(config: dict, run: str) -> None:
-    check_run(config, "unet2d", run)
+    check_run(config, "unet2d", run)  # accepted, and listed as a target
+    assert f"results/unet2d/{run}" in {t.path for t in targets.buildable(config, 0)}
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from accelpipe import containers, images
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_FILE = REPO / "docker" / "images.yaml"
 BACKENDS = ("cpu", "cuda", "rocm", "gaudi")
@@ -829,10 +831,34 @@ def test_package_sources_pass_dockerignore_but_caches_do_not() -> None:
     assert is_excluded(".venv/bin/python", rules)
 
 
-@pytest.mark.parametrize("path", BUILD_TIME_DIRS)
-def test_build_time_directories_exist(path: str) -> None:
-    if not (REPO / path).is_dir():
-        pytest.skip(f"{path}/ is absent: the image builder creates it; a bare docker build fails")
+class _ContextRecorder:
+    """An engine without the image: `containers.build` builds it, and this notes which
+    build-time directories the build context held when the engine was handed it."""
+
+    def __init__(self) -> None:
+        self.images = self.api = self
+        self.context_dirs: list[str] | None = None
+
+    def get(self, ref: str) -> object:
+        from docker.errors import ImageNotFound
+
+        if self.context_dirs is None:
+            raise ImageNotFound(ref)
+        return object()
+
+    def build(self, path: str, **_: Any) -> list[dict[str, str]]:
+        self.context_dirs = [d for d in BUILD_TIME_DIRS if (Path(path) / d).is_dir()]
+        return []
+
+
+def test_the_image_builder_makes_the_build_time_directories(tmp_path: Path) -> None:
+    """A checkout lacks them (git holds none), and a COPY of a missing directory fails the
+    build: accelpipe's builder makes them before the engine reads the context."""
+    (tmp_path / "docker").mkdir()  # a checkout: the Dockerfiles' folder, no wheelhouse
+    engine = _ContextRecorder()
+    spec = images.spec_for("cpu", "pytorch")
+    containers.build(spec, "localhost/accelpipe/test:1", engine, repo=tmp_path)
+    assert engine.context_dirs == list(BUILD_TIME_DIRS)
 
 
 @per_image

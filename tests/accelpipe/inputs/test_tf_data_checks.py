@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,7 +91,9 @@ def _shards(folder: Path) -> list[Path]:
     return tfrecord.write_splits(folder, [split], bytes)["train"]
 
 
-def _train_on(shards: list[Path], work: Path) -> None:
+def _train_on(shards: list[Path], work: Path) -> dict[str, Any]:
+    """Train the toy job for two epochs on `shards`; the run facts."""
+
     def make_job(cfg: TFTrain, device: TFDevice) -> TFTrainJob:
         def dataset(epoch: int, shard: InputShard) -> tf.data.Dataset:
             records = worker_records(shards, shard.num_workers, shard.index, epoch)
@@ -105,11 +108,12 @@ def _train_on(shards: list[Path], work: Path) -> None:
         "train": {"epochs": 2, "lr": 0.05, "seed": 3, "batch_size": tf_toy.BATCH},
         "profile": {"enabled": False},
     }
-    tf_run(cfg, work, make_job)
+    return tf_run(cfg, work, make_job)
 
 
 def test_whole_shards_train(tmp_path: Path) -> None:
-    _train_on(_shards(tmp_path / "data"), tmp_path / "work")
+    facts = _train_on(_shards(tmp_path / "data"), tmp_path / "work")
+    assert facts["steps"] == 2 * tf_toy.STEPS_PER_EPOCH  # both epochs, to the last step
 
 
 def test_a_truncated_shard_stops_training_with_one_line_naming_it(tmp_path: Path) -> None:

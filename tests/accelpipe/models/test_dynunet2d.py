@@ -128,7 +128,12 @@ def test_invalid_arguments_raise(kwargs: dict, match: str) -> None:
 
 
 def test_deep_supr_num_ignored_without_deep_supervision() -> None:
-    DynUNet2D(filters=(8, 16), strides=(1, 2), deep_supervision=False)
+    # the default deep_supr_num (2) is out of range for two levels, but nothing reads it here
+    model = DynUNet2D(filters=(8, 16), strides=(1, 2), deep_supervision=False).train()
+    assert len(model.ds_heads) == 0
+    assert _n_params(model) == _expected_params(4, 4, (8, 16), (1, 2), 0)
+    out = model(torch.randn(1, 4, 8, 8))
+    assert isinstance(out, torch.Tensor) and out.shape == (1, 4, 8, 8)
 
 
 def test_indivisible_input_raises() -> None:
