@@ -68,15 +68,20 @@ venv-torch26: $(VENV_TORCH26)/.installed
 run: venv
 	$(BIN)/snakemake --cores $(CORES) $(TARGET)
 
+# Each phase prints its wall time and the time so far, the last line the total
+# (scripts/timed.sh); a failing phase still stops `make test` with its status.
+test: TEST_START := $(shell date +%s%N)
+test: TIMED = bash scripts/timed.sh $(TEST_START)
 test: venv
-	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(BIN)/snakefmt --check Snakefile rules/
-	$(BIN)/snakemake --lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
-	$(MAKE) test-tf215
-	$(MAKE) test-tf217
-	$(MAKE) test-torch26
+	@$(TIMED) ruff $(BIN)/ruff check .
+	@$(TIMED) mypy $(BIN)/mypy
+	@$(TIMED) snakefmt $(BIN)/snakefmt --check Snakefile rules/
+	@$(TIMED) snakemake-lint $(BIN)/snakemake --lint
+	@$(TIMED) pytest $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	@$(TIMED) test-tf215 $(MAKE) test-tf215
+	@$(TIMED) test-tf217 $(MAKE) test-tf217
+	@$(TIMED) test-torch26 $(MAKE) test-torch26
+	@$(TIMED) "make test"
 
 # The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15.
 TF_TESTS = $(shell grep -rl '^pytestmark = pytest.mark.tensorflow' tests)
