@@ -14,7 +14,7 @@ import pytest
 
 from accelpipe import containers, images
 from tests.integration.conftest import BASE_IMAGE, copy_wheelhouse
-from tests.workflow.project import TINY_CONFIG, Project, head_commit, make_project
+from tests.workflow.project import TINY_CONFIG, Project, built_project, head_commit, make_project
 
 pytestmark = pytest.mark.integration
 TARGET = "results/unet2d/fold0"
@@ -37,9 +37,7 @@ def docker_project(engine, tmp_path_factory: pytest.TempPathFactory) -> Project:
 
 @pytest.fixture(scope="module")
 def local_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    project = make_project(tmp_path_factory.mktemp("local"))
-    project.snakemake(TARGET)
-    return project
+    return built_project(tmp_path_factory, (TARGET,))
 
 
 def test_docker_results_equal_local_results(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workflow.project import Project, make_project
+from tests.workflow.project import Project, built_project, make_project
 
 pytestmark = pytest.mark.integration
 
@@ -60,9 +60,7 @@ def slurm_run(slurm, tmp_path_factory: pytest.TempPathFactory) -> tuple[Project,
 
 @pytest.fixture(scope="module")
 def local_project(slurm, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    project = make_project(tmp_path_factory.mktemp("local"))
-    project.snakemake(TARGET)
-    return project
+    return built_project(tmp_path_factory, (TARGET,))
 
 
 def _states(job_ids: list[str]) -> dict[str, str]:

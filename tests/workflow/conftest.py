@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.workflow.project import Project, make_project
+from tests.workflow.project import Project, built_project
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    """A workflow copy with results/unet2d/fold0 already built."""
-    proj = make_project(tmp_path_factory.mktemp("workflow"))
-    proj.snakemake("results/unet2d/fold0")
-    return proj
+    """This module's own workflow copy with results/unet2d/fold0 already built."""
+    return built_project(tmp_path_factory, ("results/unet2d/fold0",))

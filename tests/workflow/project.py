@@ -5,6 +5,7 @@ Tests edit the copy (config, package modules) freely; the checkout is never touc
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +39,15 @@ COPIED = (
 # The tiny config (.test/config.yaml, runnable by hand): every stage in seconds on 2 cores.
 TINY_CONFIG = yaml.safe_load((REPO / ".test" / "config.yaml").read_text())
 
+# What each workload's end-to-end tests build on the tiny config, once per test run
+# (built_project): its named runs, unet2d's fold 0, the segmenter's grid.
+TINY_RUNS = {
+    "unet2d": ("results/unet2d/fold0",),
+    "resnet50": ("results/resnet50/bf16", "results/resnet50/fp32"),
+    "swinunetr": ("results/swinunetr/default",),
+    "ssd": ("results/ssd/bf16", "results/ssd/fp32"),
+    "segmenter": ("results/segmenter/bf16", "results/segmenter/fp32", "results/segmenter/grid"),
+}
 
 T = TypeVar("T")
 
@@ -116,6 +127,7 @@ class Project:
 
 
 def make_project(root: Path, config: dict = TINY_CONFIG) -> Project:
+    root.mkdir(parents=True, exist_ok=True)
     for name in COPIED:
         source = REPO / name
         if source.is_dir():
@@ -127,6 +139,33 @@ def make_project(root: Path, config: dict = TINY_CONFIG) -> Project:
     (root / "config.yaml").write_text(yaml.safe_dump(config))
     _commit_all(root)
     return Project(root)
+
+
+def built_project(
+    tmp_path_factory: pytest.TempPathFactory,
+    targets: tuple[str, ...],
+    config: dict = TINY_CONFIG,
+) -> Project:
+    """A private copy of a project with `targets` built under `config`.
+
+    The build is made once per test run and shared by every pytest process (xdist workers
+    share their base temp folder's parent), under a lock; each caller gets its own copy, mtimes
+    and Snakemake's metadata kept, so nothing is planned again and edits stay private.
+    """
+    key = hashlib.sha256(yaml.safe_dump([config, sorted(targets)]).encode()).hexdigest()[:16]
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    build = shared / f"built-{key}"
+    with (shared / f"built-{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (build / ".complete").exists():
+            shutil.rmtree(build, ignore_errors=True)  # a build that failed part-way
+            build.mkdir()
+            make_project(build / "project", config).snakemake(*targets)
+            (build / ".complete").touch()
+    copy = tmp_path_factory.mktemp("built") / "project"
+    shutil.copytree(build / "project", copy, symlinks=True)
+    return Project(copy)
 
 
 def _commit_all(root: Path) -> None:

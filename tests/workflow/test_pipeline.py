@@ -25,19 +25,10 @@ pytestmark = pytest.mark.e2e
 DOWNSTREAM_OF_TRAIN = {"train", "evaluate", "summarize_trace", "publish_run"}
 
 
-def test_fold0_result_folder_is_complete(project: Project) -> None:
+def test_fold0_result_folder_holds_its_scores_trace_and_provenance(project: Project) -> None:
+    """What every run publishes: tests/workflow/test_result_folders.py; here, what it holds."""
     result = project.root / "results/unet2d/fold0"
-    expected = {
-        "model.pt",
-        "metrics.json",
-        "per_case_dice.csv",
-        "train_log.csv",
-        "trace_summary.json",
-        "trace_summary.md",
-        "step_breakdown.png",
-        "provenance.json",
-    }
-    assert expected <= {p.name for p in result.iterdir()}
+    assert {"per_case_dice.csv", "trace_summary.md"} <= {p.name for p in result.iterdir()}
 
     metrics = json.loads((result / "metrics.json").read_text())
     assert set(metrics["dice"]) == {"1", "2", "3"}

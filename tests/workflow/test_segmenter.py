@@ -17,38 +17,32 @@ from accelpipe.datasets import ade20k
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from tests.helpers.evaluation_checks import check_evaluations
 from tests.helpers.http_server import FileServer
-from tests.helpers.performance_checks import check_headline
-from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
+from tests.workflow.project import (
+    REPO,
+    TINY_RUNS,
+    Project,
+    built_project,
+    make_project,
+)
 
 pytestmark = pytest.mark.e2e
 
-RUNS = ("results/segmenter/bf16", "results/segmenter/fp32")
-GRID = "results/segmenter/grid"
+*RUNS, GRID = TINY_RUNS["segmenter"]  # bf16, fp32, the grid
 GRID_RUNS = ("decoder-linear_lr-0p01", "decoder-mask_lr-0p01")
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    proj = make_project(tmp_path_factory.mktemp("segmenter"))
-    proj.snakemake(*RUNS, GRID)
-    return proj
+    return built_project(tmp_path_factory, TINY_RUNS["segmenter"])
 
 
-@pytest.mark.parametrize(("target", "precision"), [(RUNS[0], "bf16"), (RUNS[1], "fp32")])
-def test_named_runs_publish_complete_folders(project: Project, target: str, precision: str) -> None:
+@pytest.mark.parametrize("target", RUNS)
+def test_named_runs_score_and_draw_their_predictions(project: Project, target: str) -> None:
+    """What every run publishes: tests/workflow/test_result_folders.py."""
     result = project.root / target
     names = {p.name for p in result.iterdir()}
-    assert {
-        "model.weights.h5",
-        "metrics.json",
-        "per_class_iou.csv",
-        "train_log.csv",
-        "trace_summary.json",
-        "step_breakdown.png",
-        "provenance.json",
-    } <= names
+    assert "per_class_iou.csv" in names
     assert len([n for n in names if n.startswith("prediction_")]) == 2  # prediction_images
-    check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
     metrics = json.loads((result / "metrics.json").read_text())
     assert metrics["images"] == 4
     check_evaluations(result, [1, 2], reached=None)
@@ -57,12 +51,8 @@ def test_named_runs_publish_complete_folders(project: Project, target: str, prec
     stage = json.loads(
         (project.root / target.replace("results", "work") / "train/stage.json").read_text()
     )
-    assert (stage["precision"], stage["steps"], stage["global_batch"]) == (precision, 6, 4)
-    assert stage["architecture"]["encoder"] == "tiny"
+    assert stage["global_batch"] == 4 and stage["architecture"]["encoder"] == "tiny"
     assert stage["architecture"]["classes"] == 150 and stage["architecture"]["image_size"] == 32
-    provenance = json.loads((result / "provenance.json").read_text())
-    assert provenance["config"]["segmenter"]["train"]["precision"] == precision
-    assert "torch" not in provenance["packages"]
 
 
 def test_per_class_table_agrees_with_the_metrics(project: Project) -> None:

@@ -11,36 +11,32 @@ import pytest
 import yaml
 
 from tests.helpers.evaluation_checks import check_evaluations
-from tests.helpers.performance_checks import check_headline
-from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project
+from tests.workflow.project import (
+    REPO,
+    TINY_CONFIG,
+    TINY_RUNS,
+    Project,
+    built_project,
+    make_project,
+)
 
 pytestmark = pytest.mark.e2e
 
-RUNS = ("results/ssd/bf16", "results/ssd/fp32")
+RUNS = TINY_RUNS["ssd"]  # bf16, fp32
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    proj = make_project(tmp_path_factory.mktemp("ssd"))
-    proj.snakemake(*RUNS)
-    return proj
+    return built_project(tmp_path_factory, RUNS)
 
 
 @pytest.mark.parametrize(("target", "precision"), [(RUNS[0], "bf16"), (RUNS[1], "fp32")])
-def test_named_runs_publish_complete_folders(project: Project, target: str, precision: str) -> None:
+def test_named_runs_score_coco_metrics_and_record_their_model(
+    project: Project, target: str, precision: str
+) -> None:
+    """What every run publishes: tests/workflow/test_result_folders.py."""
     result = project.root / target
-    expected = {
-        "model.weights.h5",
-        "metrics.json",
-        "per_category_ap.csv",
-        "detections.json",
-        "train_log.csv",
-        "trace_summary.json",
-        "step_breakdown.png",
-        "provenance.json",
-    }
-    assert expected <= {p.name for p in result.iterdir()}
-    check_headline(result, TINY_CONFIG["performance"]["warmup_steps"])
+    assert {"per_category_ap.csv", "detections.json"} <= {p.name for p in result.iterdir()}
     metrics = json.loads((result / "metrics.json").read_text())
     assert set(metrics) >= {"AP", "AP50", "AP75", "APs", "APm", "APl"}
     assert all(0 <= metrics[k] <= 1 for k in ("AP", "AP50", "AP75"))
@@ -50,12 +46,8 @@ def test_named_runs_publish_complete_folders(project: Project, target: str, prec
     stage = json.loads(
         (project.root / target.replace("results", "work") / "train/stage.json").read_text()
     )
-    assert (stage["precision"], stage["steps"], stage["global_batch"]) == (precision, 6, 4)
+    assert (stage["precision"], stage["global_batch"]) == (precision, 4)
     assert stage["architecture"] == {"classes": 5, "width": 8}
-    provenance = json.loads((result / "provenance.json").read_text())
-    assert provenance["config"]["ssd"]["train"]["precision"] == precision
-    assert provenance["packages"]["tensorflow-cpu"]  # the engine's packages are recorded
-    assert "torch" not in provenance["packages"]
 
 
 def test_detections_are_coco_results_for_the_validation_images(project: Project) -> None:
