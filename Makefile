@@ -110,7 +110,7 @@ format: venv
 # docs/configuration.md from the config schema (tests/accelpipe/test_config_reference.py checks
 # that the checked-in page is what this writes).
 docs: venv
-	$(BIN)/python -m accelpipe.schema_docs docs/configuration.md
+	$(BIN)/python -m accelpipe.config.schema_docs docs/configuration.md
 
 # Wheels for offline image builds (containers.offline: true, air-gapped sites, CI). With
 # PYTHON_VERSION (and FRAMEWORK: torch, tensorflow or both), also a wheelhouse per framework

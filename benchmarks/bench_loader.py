@@ -16,11 +16,11 @@ import smoke  # the sibling module (sys.path[0] when run as a script)
 import torch
 import yaml
 
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
 from accelpipe.datasets import brats
 from accelpipe.inputs.slices import SliceBatches
-from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.models.dynunet2d import DynUNet2D
+from accelpipe.models.losses import DeepSupervisionLoss, DiceCELoss
 
 REPO = Path(__file__).resolve().parents[1]
 

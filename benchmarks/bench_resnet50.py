@@ -6,7 +6,7 @@ options say otherwise (`--device cuda --precision bf16`, `--full` for the real R
 224 px, batch 256, 1000 classes):
 
 * ours: accelpipe's Trainer (workloads.resnet50.build_model, CrossEntropyLoss with label
-  smoothing, optimizer and LR schedule from accelpipe.optim, GradScaler, autocast, to_device
+  smoothing, optimizer and LR schedule from accelpipe.models.optim, GradScaler, autocast, to_device
   with channels-last, record_function sections, per-step log row) running
   `Trainer._run_epoch` over a fixed list of pre-made (image, label) batches already on the
   device, in the loader's NCHW layout: the loader and the host-to-device copy are excluded.
@@ -48,14 +48,14 @@ from typing import Any
 import torch
 import yaml
 
-from accelpipe import optim
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.config.settings import ProfileSettings, ResNet50Train, view
 from accelpipe.datasets import imagenet
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs.imagefolder import IndexedImages, TrainTransform, make_loader
+from accelpipe.models import optim
 from accelpipe.models.resnet50 import ResNet
-from accelpipe.settings import ProfileSettings, ResNet50Train, view
 from accelpipe.workloads.resnet50 import build_model
 from benchmarks import smoke
 from benchmarks.step_harness import (

@@ -58,12 +58,12 @@ from tf_bench import (
     step_seconds,
 )
 
-from accelpipe import stage_config
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets import ade20k
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import TFTrainer, TFTrainJob
-from accelpipe.keras2 import tf
+from accelpipe.plan import stage_config
 from accelpipe.workloads import segmenter
 
 TARGET = 3.0

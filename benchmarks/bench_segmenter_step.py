@@ -50,10 +50,10 @@ from bench_segmenter_input import (
 )
 from tf_bench import alternate, fetch_batches, same_weights, step_ratio
 
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.datasets.ade20k import IGNORE_INDEX
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.keras2 import keras, tf
 from accelpipe.models import segmenter
 from accelpipe.models.segmentation_loss import segmentation_loss
 from accelpipe.models.ssd_loss import l2_loss

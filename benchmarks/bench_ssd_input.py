@@ -48,12 +48,12 @@ from tf_bench import (
     step_seconds,
 )
 
-from accelpipe import stage_config
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.config.settings import TFTrain
 from accelpipe.datasets import coco
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
-from accelpipe.settings import TFTrain
+from accelpipe.plan import stage_config
 from accelpipe.workloads import ssd
 
 TARGET = 3.0

@@ -44,9 +44,9 @@ from bench_ssd_input import (
 )
 from tf_bench import alternate, fetch_batches, same_weights, step_ratio
 
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.keras2 import keras, tf
 from accelpipe.models import ssd_resnet34
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss
 

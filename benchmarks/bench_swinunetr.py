@@ -4,7 +4,7 @@ Measured in this process with the shipped config.yaml's `swinunetr` block (its t
 roi, run `default`), on CPU in fp32:
 
 * ours: accelpipe's Trainer (models.swinunetr.build_model, DiceCELoss(sigmoid=True), the
-  workload's train settings (settings.SwinUNETRTrain): AdamW from accelpipe.optim, warmup +
+  workload's train settings (settings.SwinUNETRTrain): AdamW from accelpipe.models.optim, warmup +
   cosine LambdaLR, GradScaler,
   record_function sections, per-step log row) running `Trainer._run_epoch` over a fixed list
   of pre-made (image, label) crops of shape (batch * num_samples, 1, *roi): the loader is
@@ -46,13 +46,13 @@ import yaml
 from monai.losses import DiceCELoss
 from monai.networks.nets import SwinUNETR
 
-from accelpipe.config import run_train, validate
+from accelpipe.config.schema import run_train, validate
+from accelpipe.config.settings import ProfileSettings, SwinUNETRTrain, view
 from accelpipe.datasets import nsclc
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs import volumes
 from accelpipe.models.swinunetr import build_model
-from accelpipe.settings import ProfileSettings, SwinUNETRTrain, view
 from accelpipe.workloads.swinunetr import AUTO_PRECISION
 from benchmarks import smoke
 from benchmarks.step_harness import (

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
+from accelpipe.config.settings import PROFILE_OFF, ProfileSettings, TorchTrain
 from accelpipe.devices import torch_device
 from accelpipe.engines.torch_trainer import LOG_FIELDS, Trainer, TrainJob
-from accelpipe.settings import PROFILE_OFF, ProfileSettings, TorchTrain
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

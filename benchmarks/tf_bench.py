@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.config import slice_schema, validate_slice
+from accelpipe.config.schema import slice_schema, validate_slice
+from accelpipe.config.settings import PROFILE_OFF, TFTrain
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import tf_device
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
-from accelpipe.keras2 import keras, tf
-from accelpipe.settings import PROFILE_OFF, TFTrain
 
 Step = Callable[[Any, Any], tf.Tensor]
 

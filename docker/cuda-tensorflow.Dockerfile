@@ -48,7 +48,7 @@ COPY workflow/ /src/workflow/
 RUN ${PYTHON} -m pip install --no-deps --find-links /tmp/wheelhouse ${PIP_EXTRA_ARGS} /src \
     && rm -rf /tmp/wheelhouse /tmp/requirements.txt /tmp/framework-requirements.txt \
         /tmp/backend-requirements.txt /src \
-    && ${PYTHON} -c "import numpy, tensorflow, accelpipe.keras2" \
+    && ${PYTHON} -c "import numpy, tensorflow, accelpipe.core.keras2" \
     && accelpipe --help >/dev/null
 
 # A non-root default user. uid 1000 is taken in some bases: then the next free uid is used;

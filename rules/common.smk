@@ -10,22 +10,15 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe import (
-    images,
-    preflight,
-    pretrained,
-    provenance,
-    registry,
-    stage_config,
-    targets,
-)
-from accelpipe.codegraph import code_key, stage_code
+from accelpipe.plan import images, preflight, pretrained, stage_config, targets
+from accelpipe.core import provenance, registry
+from accelpipe.core.codegraph import code_key, stage_code
 from accelpipe.compare.runs import AGGREGATES, finished_runs, run_files, run_of
-from accelpipe.config import run_train as run_train_settings
-from accelpipe.config import validate as validate_config
+from accelpipe.config.schema import run_train as run_train_settings
+from accelpipe.config.schema import validate as validate_config
 from accelpipe.datasets.download import DOWNLOADS_ENV
-from accelpipe.errors import AccelpipeError, ConfigError
-from accelpipe.runtime import EVAL_SETTINGS_ENV, RUNTIME_ENV
+from accelpipe.core.errors import AccelpipeError, ConfigError
+from accelpipe.config.runtime import EVAL_SETTINGS_ENV, RUNTIME_ENV
 from accelpipe.stages import entry_modules
 
 try:
@@ -73,7 +66,7 @@ os.environ["PATH"] = os.pathsep.join(
 
 # Names match loosely; the input functions then refuse a workload, run, dataset or variant
 # the config does not have, with a message naming the key, before any job runs. A run is a
-# name, or a fold of one (`fold<k>`, `<name>/fold<k>`: accelpipe.config.split_fold); `cv`
+# name, or a fold of one (`fold<k>`, `<name>/fold<k>`: accelpipe.config.schema.split_fold); `cv`
 # is the default run's cross-validation, `<name>/cv` another run's.
 wildcard_constraints:
     workload="[a-z0-9]+",
@@ -133,7 +126,7 @@ def runtime_settings(framework):
     return runtime
 
 
-# Where the stages run travels in the environment every job inherits (accelpipe.runtime),
+# Where the stages run travels in the environment every job inherits (accelpipe.config.runtime),
 # not in params or inputs: it is not what a stage makes, so a new backend, runtime or pool
 # never re-makes the data. Stages whose results depend on the device carry the backend in
 # their config slice and the image in `image_key`.
@@ -188,7 +181,7 @@ def preflight_container(wildcards):
 
 
 def preflight_needs(wildcards):
-    """What the image's train jobs ask (accelpipe.preflight.needs): resources, not params,
+    """What the image's train jobs ask (accelpipe.plan.preflight.needs): resources, not params,
     so a changed device count never re-runs the preflight (and every train after it)."""
     return preflight.needs(config, preflight_framework(wildcards))
 
@@ -301,7 +294,7 @@ def publish_config(wildcards):
 
 
 def stage_json(slice_of, *names):
-    """A stage's config slice (accelpipe.stage_config) as the JSON its rule passes."""
+    """A stage's config slice (accelpipe.plan.stage_config) as the JSON its rule passes."""
     return as_json(checked(slice_of, config, *names))
 
 

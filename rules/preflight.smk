@@ -1,4 +1,4 @@
-# accelpipe doctor before the first long job: once per backend and image (accelpipe.preflight).
+# accelpipe doctor before the first long job: once per backend and image (accelpipe.plan.preflight).
 # On cuda, rocm and gaudi the train jobs need its file, so a failing check stops the workflow
 # before any of them starts; it has no data input, so it runs first (and first among the
 # jobs ready at the start: priority). The cpu backend needs none. It has no code key and its

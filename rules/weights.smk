@@ -1,4 +1,4 @@
-# Starting weights (accelpipe.pretrained, accelpipe.weights): fetched, checked and converted
+# Starting weights (accelpipe.plan.pretrained, accelpipe.weights): fetched, checked and converted
 # once into data_root/weights/<name>/, cached between workflows like the data. A train job
 # (and a benchmark row) depends on them only where its model names a pretrained source.
 

@@ -1,6 +1,7 @@
-"""The package's architecture, read from its static import graph (accelpipe.codegraph: imports at
-module level and in functions, not those under `if TYPE_CHECKING:`): no import circles, data
-prepared offline apart from what feeds training, and every import going down the layers.
+"""The package's architecture, read from its static import graph (accelpipe.core.codegraph:
+imports at module level and in functions, not those under `if TYPE_CHECKING:`): no import
+circles, data prepared offline apart from what feeds training, and every import going down the
+layers.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.codegraph import PACKAGE_DIR, import_graph, imported_names, module_file
+from accelpipe.core.codegraph import PACKAGE_DIR, import_graph, imported_names, module_file
 
 GRAPH = import_graph()
 
@@ -22,64 +23,40 @@ ALLOWED_CYCLES: list[set[str]] = []
 
 # Layers, lowest first: a module imports modules of its own layer or lower ones only. A key is
 # a module or a package with everything in it; `pkg.*` is a package's modules apart from its
-# __init__, where the two stand on different layers.
+# __init__, where the two stand on different layers. The package's folders are its layers: a
+# top-level folder stands on one layer, and only cli and __main__ sit beside them.
 BASE, CONFIG, DATASETS, DEVICES, MODELS, INPUTS, LAUNCH, ENGINES, WORKLOADS = range(9)
-RESULTS, STAGE_LIST, STAGES, CLI = range(9, 13)
+RESULTS, STAGE_LIST, PLAN, STAGES, CLI = range(9, 14)
 LAYERS = {
-    # the package's root (REPO, __version__) and what every layer may use: errors and files,
-    # the registry, leases, FLOP counts, the Keras 2 shim, provenance, the Docker Engine client
+    # the package's root (REPO, __version__) and core/, what every layer may use: errors and
+    # files, the registry, leases and locks, FLOP counts, the Keras 2 shim, provenance,
+    # redaction, the Docker Engine client, the MLPerf log, the import graph
     "accelpipe": BASE,
-    "errors": BASE,
-    "io": BASE,
-    "flops": BASE,
-    "keras2": BASE,
-    "registry": BASE,
-    "leases": BASE,
-    "redact": BASE,  # credentials out of URLs in logs, messages and provenance
-    "locks": BASE,  # lock files another user cannot turn against their owner
-    "xspace": BASE,
-    "provenance": BASE,
-    "schema_docs": BASE,
-    "containers": BASE,
-    "mllog": BASE,
-    # the config and what is computed from it alone
+    "core": BASE,
+    # config/: the config and what is computed from it alone (schema, typed views, grid,
+    # seeds, quality targets, recipes, where stages run, the reference docs)
     "config": CONFIG,
-    "grid": CONFIG,
-    "settings": CONFIG,  # typed views of config blocks
-    "quality": CONFIG,  # quality targets (quality_targets.yaml) and the verdict on metrics
-    "recipes": CONFIG,  # each workload's reference recipe as data (workloads/*_recipe.yaml)
-    "seeds": CONFIG,  # a run's seed runs (<workload>.seeds)
-    "codegraph": CONFIG,
-    "targets": CONFIG,
-    "pretrained": CONFIG,  # which converted starting weights a run's model starts from
-    "runtime": CONFIG,
     "datasets": DATASETS,  # offline: raw sources and preparation
     "devices": DEVICES,
+    # models/ (architectures, losses, metrics, optimisers) and the weights stage: starting
+    # weights fetched, checked and converted into a model's names
     "models": MODELS,
-    "losses": MODELS,
-    "metrics": MODELS,
-    "optim": MODELS,
-    # the weights stage: starting weights fetched, checked and converted into a model's names
     "weights": MODELS,
     "inputs": INPUTS,  # training-time input pipelines over prepared data
     "launch": LAUNCH,
     "engines": ENGINES,
     "workloads": WORKLOADS,
-    # figures, summaries and pages over finished runs, and what the rules compute from them
+    # figures, summaries and pages over finished runs: results/ (curves, the published folder,
+    # benchmark tables, leaderboard, time to target) and the figure, page and trace packages
+    "results": RESULTS,
     "performance": RESULTS,  # a module per figure job: steps, figures, compute, energy, ...
-    "curves": RESULTS,  # training_curves.png from train_log.csv (engines.train_log reads it)
-    "benchmark": RESULTS,
-    "leaderboard": RESULTS,
-    "ttt": RESULTS,  # seed runs' times to target combined (results/<workload>/ttt)
-    "publish": RESULTS,
     "compare": RESULTS,
     "traces": RESULTS,
-    "stage_config": RESULTS,
-    "preflight": RESULTS,
-    # the stage list (stages/__init__: which module runs a stage, what it enters) and the image
-    # tags computed from it at plan time
+    # the stage list (stages/__init__: which module runs a stage, what it enters)
     "stages": STAGE_LIST,
-    "images": STAGE_LIST,
+    # plan/: what Snakemake imports to plan (targets, stage slices, preflight, image tags,
+    # starting weights); it reads the stage list, and the stages read it
+    "plan": PLAN,
     "stages.*": STAGES,
     "cli": CLI,
     "__main__": CLI,
@@ -210,7 +187,11 @@ def test_no_import_goes_up_a_layer() -> None:
     ("module", "expected"),
     [
         ("accelpipe", BASE),
-        ("accelpipe.keras2", BASE),
+        ("accelpipe.core.keras2", BASE),
+        ("accelpipe.config.settings", CONFIG),
+        ("accelpipe.models.metrics", MODELS),
+        ("accelpipe.results.publish", RESULTS),
+        ("accelpipe.plan.stage_config", PLAN),
         ("accelpipe.datasets.ade20k_layout", DATASETS),
         ("accelpipe.inputs.coco_input", INPUTS),
         ("accelpipe.launch.tf_launch", LAUNCH),
@@ -250,3 +231,11 @@ def test_imports_of_package_modules_in_functions_are_the_known_ones() -> None:
             )
             found.update((module, n) for n in names if n.startswith(("accelpipe", ".")))
     assert found == LAZY_IMPORTS
+
+
+def test_the_top_level_holds_only_the_entry_points_beside_the_layer_folders() -> None:
+    """A new module goes into the folder of its layer, so the tree keeps showing the layers."""
+    modules = {p.stem for p in PACKAGE_DIR.glob("*.py")}
+    folders = {p.name for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").is_file()}
+    assert modules == {"__init__", "__main__", "cli"}
+    assert folders <= set(LAYERS)

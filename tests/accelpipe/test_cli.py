@@ -13,7 +13,7 @@ import pytest
 
 from accelpipe import stages
 from accelpipe.cli import build_parser, check_config_json, main
-from accelpipe.runtime import RUNTIME_ENV
+from accelpipe.config.runtime import RUNTIME_ENV
 from accelpipe.stages.examples import EXAMPLES
 
 
@@ -74,7 +74,7 @@ def test_unknown_dataset_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_accel_leases_devices_sets_visibility_and_releases(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accelpipe import leases
+    from accelpipe.core import leases
 
     monkeypatch.setenv("ACCELPIPE_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -150,7 +150,7 @@ def test_a_bad_config_json_of_any_stage_is_one_line_naming_the_key(
 def test_the_stage_reads_its_slice_with_the_configs_defaults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accelpipe.config import validate
+    from accelpipe.config.schema import validate
 
     seen: list[dict] = []
     monkeypatch.setattr(

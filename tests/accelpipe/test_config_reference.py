@@ -1,5 +1,5 @@
-"""docs/configuration.md is generated from the config schema (accelpipe.schema_docs) and checked
-in: it must be exactly what the schema gives today, every key must have a description, and
+"""docs/configuration.md is generated from the config schema (accelpipe.config.schema_docs) and
+checked in: it must be exactly what the schema gives today, every key must have a description, and
 every default it shows must be the one config.validate fills in."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from accelpipe import schema_docs
-from accelpipe.config import validate
+from accelpipe.config import schema_docs
+from accelpipe.config.schema import validate
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "configuration.md"
-REGENERATE = "make docs (or: .venv/bin/python -m accelpipe.schema_docs docs/configuration.md)"
+REGENERATE = (
+    "make docs (or: .venv/bin/python -m accelpipe.config.schema_docs docs/configuration.md)"
+)
 
 
 def _rows(page: str) -> dict[str, list[str]]:
@@ -208,7 +210,7 @@ def test_check_mode_says_when_the_page_is_stale(tmp_path: Path, capsys) -> None:
 
 def test_the_generator_imports_no_framework() -> None:
     code = (
-        "import sys, accelpipe.schema_docs as s; s.render(s.load_schema()); "
+        "import sys, accelpipe.config.schema_docs as s; s.render(s.load_schema()); "
         "print(sorted({'torch', 'tensorflow', 'keras', 'monai'} & set(sys.modules)))"
     )
     out = subprocess.run(

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import stage_config
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.archives import safe_extract
 from accelpipe.datasets.download import download, part_path
-from accelpipe.errors import DataError
+from accelpipe.plan import stage_config
 from tests.helpers.archives import schema_limits
 from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import FileServer
@@ -92,9 +92,9 @@ def test_prepare_through_the_cli(disk: Path, tmp_path: Path) -> None:
 def test_torch_checkpoint(disk: Path) -> None:
     import torch
 
+    from accelpipe.config.settings import ProfileSettings
     from accelpipe.devices.torch_device import resolve
     from accelpipe.engines.torch_trainer import CHECKPOINT, Trainer, TrainJob
-    from accelpipe.settings import ProfileSettings
     from tests.accelpipe.engines.test_torch_trainer import SCHEDULE, STEPS, _batches
     from tests.helpers.settings import torch_train
 
@@ -120,8 +120,8 @@ def test_torch_checkpoint(disk: Path) -> None:
 
 @pytest.mark.tensorflow
 def test_tf_checkpoint(disk: Path) -> None:
+    from accelpipe.core.keras2 import tf
     from accelpipe.engines.tf_trainer import TFTrainer
-    from accelpipe.keras2 import tf
 
     weights = tf.Variable(tf.zeros([300_000]))  # 1.2 MB a checkpoint: one fits, two do not
     folder = disk / "checkpoints"

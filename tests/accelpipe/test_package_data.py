@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tomllib
 
-from accelpipe.codegraph import PACKAGE_DIR
+from accelpipe.core.codegraph import PACKAGE_DIR
 
 REPO = PACKAGE_DIR.parents[1]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from accelpipe.codegraph import PACKAGE_DIR
+from accelpipe.core.codegraph import PACKAGE_DIR
 
 # (module or alias, attribute): calls that unpickle or execute whatever they are given
 FORBIDDEN_CALLS = {

@@ -25,7 +25,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from accelpipe import containers, images
+from accelpipe.core import containers
+from accelpipe.plan import images
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_FILE = REPO / "docker" / "images.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelpipe.config import schema
+from accelpipe.config.schema import schema
 from accelpipe.datasets.archives import ArchiveLimits
 
 

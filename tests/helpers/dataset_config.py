@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe import datasets
-from accelpipe.config import slice_schema, validate_slice
+from accelpipe.config.schema import slice_schema, validate_slice
 from accelpipe.datasets.sources import make_raw
 
 

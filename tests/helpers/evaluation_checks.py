@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accelpipe import mllog
+from accelpipe.core import mllog
 
 # The MLPerf training ruleset each benchmark's log is checked under: ResNet-50 under 4.0.0, the
 # last ruleset with resnet (4.1.0 dropped it); SSD-ResNet34 under 1.1.0, the last with MLPerf's

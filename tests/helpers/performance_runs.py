@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelpipe import recipes
+from accelpipe.config import recipes
 from accelpipe.performance.figures import Figure
 from tests.helpers.train_logs import write_train_log
 

@@ -1,5 +1,5 @@
 """Typed settings for tests that drive an engine or the optimizer without a config file:
-the workload's schema defaults (accelpipe.config.validate), then the test's overrides."""
+the workload's schema defaults (accelpipe.config.schema.validate), then the test's overrides."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelpipe import stage_config
-from accelpipe.config import validate
-from accelpipe.settings import (
+from accelpipe.config.schema import validate
+from accelpipe.config.settings import (
     ProfileSchedule,
     ProfileSettings,
     ResNet50Train,
     SSDTrain,
     view,
 )
+from accelpipe.plan import stage_config
 
 
 def _train_block(workload: str, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """One run of the tiny config, stage by stage through the `accelpipe` CLI, with the arguments
-and config slices the rules pass (rules/*.smk, accelpipe.stage_config): for the venvs where
+and config slices the rules pass (rules/*.smk, accelpipe.plan.stage_config): for the venvs where
 Snakemake cannot be installed (TF 2.15: wrapt; torch 2.6 on Python 3.10: Snakemake >= 8
 needs 3.11). Where Snakemake is installed, tests/workflow runs the same stages through it.
 """
@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from accelpipe import registry, stage_config
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.core import registry
+from accelpipe.plan import stage_config
 from tests.workflow.project import REPO
 
 HAS_SNAKEMAKE = importlib.util.find_spec("snakemake") is not None

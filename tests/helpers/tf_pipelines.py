@@ -9,7 +9,7 @@ pipeline's functions hold, so a test can require the parallel ones to hold none.
 
 from __future__ import annotations
 
-from accelpipe.keras2 import tf
+from accelpipe.core.keras2 import tf
 
 # Function calls and control flow: tf.data looks inside them, and so does stateful_ops.
 _CALLS = {"StatefulPartitionedCall", "If", "While"}

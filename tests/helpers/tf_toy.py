@@ -8,13 +8,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from accelpipe.config.quality import QualityTarget
+from accelpipe.config.settings import TFTrain
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines.evaluations import InTrainingEval
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.keras2 import keras, tf
 from accelpipe.launch.tf_launch import InputShard
-from accelpipe.quality import QualityTarget
-from accelpipe.settings import TFTrain
 
 STEPS_PER_EPOCH = 3
 BATCH = 4

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import containers
-from accelpipe.errors import AccelpipeError
+from accelpipe.core import containers
+from accelpipe.core.errors import AccelpipeError
 
 REPO = Path(__file__).resolve().parents[2]
 # The base for the cpu image (scripts/debian-base-image.sh makes it) and offline builds

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from accelpipe import registry
 from accelpipe.compare.page import NUMBERS, show
 from accelpipe.compare.write import write_compare
-from accelpipe.curves import CURVES_FILE
+from accelpipe.core import registry
+from accelpipe.results.curves import CURVES_FILE
 from tests.helpers.run_folders import energy, reference, write_run
 from tests.workflow.project import TINY_CONFIG, Project, make_project
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import containers, images
+from accelpipe.core import containers
+from accelpipe.plan import images
 from tests.integration.conftest import BASE_IMAGE, copy_wheelhouse
 from tests.workflow.project import TINY_CONFIG, Project, built_project, head_commit, make_project
 

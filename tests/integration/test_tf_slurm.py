@@ -88,9 +88,9 @@ def _log_steps(work: Path) -> list[str]:
 def test_two_srun_tasks_agree_on_the_cluster_and_train_like_one_process(
     slurm: None, tmp_path: Path
 ) -> None:
+    from accelpipe.core.keras2 import keras
     from accelpipe.devices import tf_device
     from accelpipe.engines.tf_trainer import MODEL_FILE
-    from accelpipe.keras2 import keras
     from tests.helpers import tf_toy
     from tests.helpers.settings import tf_run, tf_train
 

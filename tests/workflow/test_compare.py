@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import registry
+from accelpipe.core import registry
 from tests.workflow.project import Project, make_project
 
 pytestmark = pytest.mark.e2e

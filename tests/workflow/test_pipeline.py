@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.quality import load_targets
+from accelpipe.config.quality import load_targets
 from tests.helpers.evaluation_checks import check_evaluations
 from tests.helpers.performance_checks import check_headline
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
@@ -177,7 +177,7 @@ def _planned_with(project: Project, module: str, edit) -> dict[str, int]:
         ("inputs/slices.py", DOWNSTREAM_OF_TRAIN),
         ("datasets/msd.py", DATA_AND_AFTER),
         ("traces", TRACE_AND_AFTER),  # the package's __init__ (or module)
-        ("publish.py", {"publish_run"}),
+        ("results/publish.py", {"publish_run"}),
         ("workloads/resnet50.py", set()),  # not imported by any unet2d stage
         ("datasets/tcia.py", set()),
     ],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe import mllog
+from accelpipe.core import mllog
 from tests.helpers.evaluation_checks import check_mlperf_log
 from tests.workflow.project import (
     REPO,

@@ -126,7 +126,7 @@ def test_pretrained_encoder_is_downloaded_converted_and_loaded(
     data/weights/vit-tiny-augreg, and the run's train job starts from it; without pretrained
     weights the train job does not depend on that stage. A wrong sha256 fails naming it and
     leaves the published run as it was."""
-    from accelpipe.keras2 import keras
+    from accelpipe.core.keras2 import keras
     from accelpipe.models import segmenter, vit_npz
 
     keras.utils.set_random_seed(3)
@@ -273,9 +273,9 @@ def test_shipped_config_learns_the_classes(tmp_path: Path) -> None:
 
 
 def _untrained_metrics(project: Project, out: Path) -> dict:
-    from accelpipe import stage_config
-    from accelpipe.config import validate
-    from accelpipe.keras2 import keras
+    from accelpipe.config.schema import validate
+    from accelpipe.core.keras2 import keras
+    from accelpipe.plan import stage_config
     from accelpipe.workloads import segmenter
 
     work = project.root / "work/segmenter/fp32/train"

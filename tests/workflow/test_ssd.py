@@ -112,7 +112,7 @@ def test_pretrained_backbone_is_loaded_and_its_frozen_layers_kept(
     converts it into data/weights/, the train job depends on it and starts from it, and the
     frozen stem leaves training as loaded. MLPerf's own checkpoint fits width 64 only: at the
     tiny width the plan stops naming the key."""
-    from accelpipe.keras2 import keras
+    from accelpipe.core.keras2 import keras
     from accelpipe.models import ssd_resnet34
 
     keras.utils.set_random_seed(7)
@@ -162,10 +162,10 @@ def test_shipped_config_learns_the_objects(tmp_path: Path) -> None:
 def _untrained_metrics(project: Project, out: Path) -> dict:
     """The evaluate stage's metrics for freshly initialised weights of the trained model's
     architecture."""
-    from accelpipe import stage_config
-    from accelpipe.config import validate
-    from accelpipe.keras2 import keras
+    from accelpipe.config.schema import validate
+    from accelpipe.core.keras2 import keras
     from accelpipe.models import ssd_resnet34
+    from accelpipe.plan import stage_config
     from accelpipe.workloads import ssd
 
     work = project.root / "work/ssd/fp32/train"

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
 from tests.workflow.project import REPO, TINY_CONFIG, make_project
 
 SHIPPED = yaml.safe_load((REPO / "config.yaml").read_text())

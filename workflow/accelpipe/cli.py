@@ -18,12 +18,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from accelpipe import containers, images, leases, stages
-from accelpipe.config import load_slice, slice_schema, validate_slice
-from accelpipe.errors import AccelpipeError
-from accelpipe.io import no_space_error
-from accelpipe.redact import RedactingFilter
-from accelpipe.runtime import lease_wait_s, read_runtime
+from accelpipe import stages
+from accelpipe.config.runtime import lease_wait_s, read_runtime
+from accelpipe.config.schema import load_slice, slice_schema, validate_slice
+from accelpipe.core import containers, leases
+from accelpipe.core.errors import AccelpipeError
+from accelpipe.core.io import no_space_error
+from accelpipe.core.redact import RedactingFilter
+from accelpipe.plan import images
 from accelpipe.stages import examples
 
 Handler = Callable[[argparse.Namespace], None]

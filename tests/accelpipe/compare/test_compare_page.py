@@ -17,8 +17,8 @@ import pytest
 
 from accelpipe.compare.page import DETAIL, NUMBERS, RUNS, STEPS, exact, show, significant
 from accelpipe.compare.write import write_compare
-from accelpipe.curves import CURVES_FILE, write_curves
 from accelpipe.performance import DEFINITIONS
+from accelpipe.results.curves import CURVES_FILE, write_curves
 from tests.helpers.run_folders import energy, reference, write_run
 
 TEXT_CELLS = {"reference_comparable", "backend", "device", "precision", "system"}

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import registry
 from accelpipe.compare.rows import (
     MARKS,
     build_rows,
@@ -18,7 +17,8 @@ from accelpipe.compare.rows import (
     read_row,
     system_text,
 )
-from accelpipe.errors import DataError
+from accelpipe.core import registry
+from accelpipe.core.errors import DataError
 from accelpipe.traces.plot import PART_NAMES
 from tests.helpers.run_folders import NO_RAPL, energy, reference, write_run
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.datasets import ade20k, ade20k_layout
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from accelpipe.datasets.sources import make_raw
-from accelpipe.errors import ConfigError, DataError
 from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import Faults, FileServer
 

@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import ade20k, ade20k_layout, ade20k_tfrecord, image_bytes
 from accelpipe.datasets.ade20k_synthetic import synthesize
-from accelpipe.errors import DataError
 from accelpipe.inputs import ade20k_input
 from accelpipe.inputs.tf_data_checks import checked
 from tests.helpers.dataset_config import prepare_config

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.archives import safe_extract
-from accelpipe.errors import DataError
 from tests.helpers.archives import schema_limits
 
 LIMITS = schema_limits()

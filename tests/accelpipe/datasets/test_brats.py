@@ -12,8 +12,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import brats, brats_layout
-from accelpipe.errors import DataError
 from tests.helpers.nifti_variants import (
     HIPPOCAMPUS_LABELS,
     label_for,

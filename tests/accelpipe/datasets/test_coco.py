@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.datasets import coco
 from accelpipe.datasets.coco_synthetic import synthesize
-from accelpipe.errors import ConfigError, DataError
 from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import Faults, FileServer
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.coco_instances import Box, load_instances, records
-from accelpipe.errors import DataError
 
 CATEGORIES = [{"id": 3, "name": "car", "supercategory": "vehicle"}, {"id": 18, "name": "dog"}]
 

@@ -14,10 +14,10 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import coco, tfrecord
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.image_bytes import jpeg_size
-from accelpipe.errors import DataError
 from accelpipe.inputs import coco_input
 from tests.helpers.dataset_config import prepare_config
 

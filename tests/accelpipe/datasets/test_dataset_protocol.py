@@ -6,7 +6,8 @@ import inspect
 
 import pytest
 
-from accelpipe import datasets, registry
+from accelpipe import datasets
+from accelpipe.core import registry
 from accelpipe.datasets.sources import RawSources
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pydicom
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import dicom, nsclc_synthetic
-from accelpipe.errors import DataError
 
 # Rows != columns and an odd slice count: a swapped axis cannot go unnoticed.
 Edit = Callable[[pydicom.Dataset], None]

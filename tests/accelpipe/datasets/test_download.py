@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import AccelpipeError, DataError
 from accelpipe.datasets.download import (
     DOWNLOADS_ENV,
     DownloadWatch,
@@ -24,7 +25,6 @@ from accelpipe.datasets.download import (
     md5sum,
     part_path,
 )
-from accelpipe.errors import AccelpipeError, DataError
 from tests.helpers.http_server import Faults, FileServer, Handler
 from tests.helpers.overlap import await_state, gated_route, start_python
 

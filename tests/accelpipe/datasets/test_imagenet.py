@@ -12,9 +12,9 @@ import shutil
 import pytest
 from PIL import Image
 
+from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.datasets import imagenet, imagenet_layout
 from accelpipe.datasets.sources import make_raw
-from accelpipe.errors import ConfigError, DataError
 from tests.helpers.imagenet_raw import imagenet_config, index_rows
 
 # ---------------------------------------------------------------------------- index

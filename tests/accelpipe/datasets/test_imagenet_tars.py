@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.datasets import imagenet, imagenet_layout, imagenet_tars
 from accelpipe.datasets.download import md5sum
 from accelpipe.datasets.sources import make_raw
-from accelpipe.errors import ConfigError, DataError
 from tests.helpers.archives import schema_limits
 from tests.helpers.imagenet_raw import imagenet_config
 

@@ -12,8 +12,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.msd import MSD_TASKS, check_layout, fetch_task
-from accelpipe.errors import DataError
 from tests.helpers.archives import schema_limits
 from tests.helpers.http_server import FileServer
 

@@ -12,9 +12,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import nifti
 from accelpipe.datasets.nifti import gunzip, read_nifti
-from accelpipe.errors import DataError
 from tests.helpers.nifti_variants import real, save
 
 # Real files of nibabel's test data: NIfTI-1 and -2, 3D and 4D, .nii and .nii.gz, big- and

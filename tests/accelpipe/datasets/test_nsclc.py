@@ -15,11 +15,11 @@ import pydicom
 import pytest
 
 from accelpipe import datasets
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import nsclc
 from accelpipe.datasets.nsclc_layout import COLLECTION
 from accelpipe.datasets.nsclc_synthetic import Geometry, phantom
 from accelpipe.datasets.sources import make_raw
-from accelpipe.errors import DataError
 from tests.helpers.dataset_config import run_raw
 from tests.helpers.nsclc_raw import SHAPE, SYNTH, series_dir, synth_tree
 

@@ -9,8 +9,8 @@ import numpy as np
 import pydicom
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.nsclc_synthetic import Geometry, phantom, synthesize
-from accelpipe.errors import DataError
 from tests.helpers.nsclc_raw import SHAPE, series_dir, synth_tree
 
 

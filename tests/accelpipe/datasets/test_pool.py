@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.pool import map_batches, map_tasks
-from accelpipe.errors import DataError
 
 STARTED = multiprocessing.get_context("fork").Event()  # inherited by the forked workers
 

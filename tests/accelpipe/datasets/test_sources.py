@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from accelpipe import datasets, registry
-from accelpipe.config import slice_schema
+from accelpipe import datasets
+from accelpipe.config.schema import slice_schema
+from accelpipe.core import registry
+from accelpipe.core.errors import ConfigError
 from accelpipe.datasets.sources import RawSources, make_raw
-from accelpipe.errors import ConfigError
 
 BLOCK = {"synthetic": {"seed": 1}, "download": {"url": "http://127.0.0.1/x.zip"}}
 

@@ -13,10 +13,10 @@ from typing import Any
 import pydicom
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import nsclc, tcia
 from accelpipe.datasets.nsclc_layout import COLLECTION
 from accelpipe.datasets.nsclc_synthetic import synthesize
-from accelpipe.errors import DataError
 from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import FileServer, Handler, Request
 

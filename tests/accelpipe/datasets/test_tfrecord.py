@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import tfrecord
-from accelpipe.errors import DataError
 from accelpipe.inputs.shards import count_records
 
 pytestmark = pytest.mark.tensorflow

@@ -6,8 +6,8 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
+from accelpipe.core.errors import BackendUnavailableError
 from accelpipe.devices import frameworks
-from accelpipe.errors import BackendUnavailableError
 from tests.workflow.project import REPO
 
 

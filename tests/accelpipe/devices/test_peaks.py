@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accelpipe.core.errors import DataError
 from accelpipe.devices import peaks
-from accelpipe.errors import DataError
 
 # Every model the brief lists, and its bf16 row (None: the vendor publishes none)
 BF16 = {

@@ -7,9 +7,9 @@ import types
 
 import pytest
 
+from accelpipe.core.errors import BackendUnavailableError, ConfigError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.devices import device_family, tf_device
-from accelpipe.errors import BackendUnavailableError, ConfigError
-from accelpipe.keras2 import keras, tf
 
 pytestmark = pytest.mark.tensorflow
 

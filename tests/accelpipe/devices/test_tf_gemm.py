@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from accelpipe import flops
+from accelpipe.core import flops
+from accelpipe.core.keras2 import tf
 from accelpipe.devices import tf_device, tf_gemm
-from accelpipe.keras2 import tf
 
 pytestmark = pytest.mark.tensorflow
 

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from accelpipe import preflight, registry
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.core import registry
+from accelpipe.core.errors import BackendUnavailableError, ConfigError
 from accelpipe.devices import BACKENDS, resolve_precision, torch_device, workload_precision
-from accelpipe.errors import BackendUnavailableError, ConfigError
+from accelpipe.plan import preflight
 from tests.helpers.settings import train_job_slice
 
 pytestmark = pytest.mark.torch

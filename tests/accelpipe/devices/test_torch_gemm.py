@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from accelpipe import flops
+from accelpipe.core import flops
 from accelpipe.devices import torch_device, torch_gemm
 
 pytestmark = pytest.mark.torch

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.engines import attempts
 from accelpipe.engines.attempts import ATTEMPTS_FILE, Attempts
-from accelpipe.errors import DataError
 from accelpipe.launch import workers
 
 

@@ -10,7 +10,9 @@ from typing import NoReturn
 
 import pytest
 
-from accelpipe import quality
+from accelpipe.config import quality
+from accelpipe.config.quality import QualityTarget, verdict
+from accelpipe.core.errors import ConfigError
 from accelpipe.engines.evaluations import (
     EVAL_FIELDS,
     EVAL_LOG,
@@ -20,8 +22,6 @@ from accelpipe.engines.evaluations import (
     in_training_eval,
     reaches,
 )
-from accelpipe.errors import ConfigError
-from accelpipe.quality import QualityTarget, verdict
 from tests.helpers.settings import tf_train
 
 TARGET = QualityTarget("resnet50", "top1", 0.5, "a test", "top-1 of the test")

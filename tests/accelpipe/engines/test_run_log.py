@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import mllog
+from accelpipe.core import mllog
 from accelpipe.engines.run_log import RunLog, benchmark_name, mlperf_facts
 from tests.helpers.evaluation_checks import MLPERF_RULESETS, mlperf_verdict
 

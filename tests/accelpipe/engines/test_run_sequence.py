@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from accelpipe.config.settings import ProfileSettings, SSDTrain
+from accelpipe.core.errors import ConfigError
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.engines import run_sequence
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.run_sequence import EngineRun, Place, Trainer
-from accelpipe.errors import ConfigError
-from accelpipe.settings import ProfileSettings, SSDTrain
 from tests.helpers.settings import _profile_block, tf_train
 
 

@@ -24,14 +24,14 @@ import h5py
 import pytest
 import yaml
 
-from accelpipe import stage_config
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import keras
 from accelpipe.datasets import ade20k, coco
 from accelpipe.datasets.ade20k_synthetic import synthesize as synthesize_ade20k
 from accelpipe.datasets.coco_synthetic import synthesize as synthesize_coco
 from accelpipe.devices import tf_device
-from accelpipe.errors import DataError
-from accelpipe.keras2 import keras
+from accelpipe.plan import stage_config
 from tests.helpers.settings import train_job_slice
 from tests.workflow.project import TINY_CONFIG
 
@@ -43,8 +43,8 @@ DATASETS = {"ssd": "coco", "segmenter": "ade20k"}
 RUN = """
 import importlib, json, sys
 from pathlib import Path
-from accelpipe import stage_config
-from accelpipe.config import validate
+from accelpipe.plan import stage_config
+from accelpipe.config.schema import validate
 from accelpipe.engines import tf_trainer
 from tests.helpers.settings import train_job_slice
 from tests.workflow.project import TINY_CONFIG

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import mllog
+from accelpipe.core import mllog
 from accelpipe.engines.evaluations import EVAL_LOG
 from tests.helpers import tf_toy
 from tests.helpers.evaluation_checks import check_epoch_numbers, check_mlperf_log

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.engines import tf_flops
-from accelpipe.keras2 import keras, tf
 
 pytestmark = pytest.mark.tensorflow
 

@@ -18,6 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from accelpipe.config.settings import PROFILE_OFF, TFTrain
+from accelpipe.core.errors import ConfigError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.devices import power, tf_device
 from accelpipe.engines import ENGINES, run_sequence
 from accelpipe.engines.tf_trainer import (
@@ -28,10 +31,7 @@ from accelpipe.engines.tf_trainer import (
     TFTrainJob,
 )
 from accelpipe.engines.train_log import LOG_FIELDS, SCALARS, SECTIONS
-from accelpipe.errors import ConfigError
-from accelpipe.keras2 import keras, tf
 from accelpipe.launch.tf_launch import InputShard
-from accelpipe.settings import PROFILE_OFF, TFTrain
 from tests.helpers import tf_toy
 from tests.helpers.fake_power import rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE
@@ -322,7 +322,7 @@ if "TF_CONFIG" in os.environ:  # a launched worker (TF_CONFIG set by the launche
             return path
         tf.train.CheckpointManager.save = slow_save
     if mode == "bad_data" and index == 1:  # worker 1's data fails a check at its 2nd batch
-        from accelpipe.errors import DataError
+        from accelpipe.core.errors import DataError
         from accelpipe.engines import tf_trainer
         next_batch = tf_trainer._next_batch
         def failing(batches, epoch, i):

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import torch
 
+from accelpipe.config.settings import ProfileSchedule, ProfileSettings
+from accelpipe.core.errors import DataError
 from accelpipe.devices.torch_device import resolve
 from accelpipe.engines.torch_trainer import (
     CHECKPOINT,
@@ -27,8 +29,6 @@ from accelpipe.engines.torch_trainer import (
     save_file,
     seed_everything,
 )
-from accelpipe.errors import DataError
-from accelpipe.settings import ProfileSchedule, ProfileSettings
 from tests.helpers.settings import torch_train
 
 pytestmark = pytest.mark.torch

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import torch
 
-from accelpipe import mllog
+from accelpipe.config.quality import QualityTarget
+from accelpipe.config.settings import ProfileSchedule, ProfileSettings
+from accelpipe.core import mllog
 from accelpipe.devices.torch_device import resolve
 from accelpipe.engines.evaluations import EVAL_LOG, InTrainingEval
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.torch_trainer import CHECKPOINT, Trainer, TrainJob, seed_everything
-from accelpipe.quality import QualityTarget
-from accelpipe.settings import ProfileSchedule, ProfileSettings
 from tests.helpers.evaluation_checks import check_epoch_numbers, check_mlperf_log, mlperf_verdict
 from tests.helpers.settings import torch_train
 

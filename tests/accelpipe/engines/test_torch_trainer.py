@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity
 
+from accelpipe.config.settings import ProfileSchedule, ProfileSettings, TorchTrain
 from accelpipe.devices import power
 from accelpipe.devices.torch_device import Device, resolve
 from accelpipe.engines import MEMORY_SNAPSHOT, energy, run_sequence
@@ -34,7 +35,6 @@ from accelpipe.engines.torch_trainer import (
 from accelpipe.engines.train_log import SCALARS
 from accelpipe.launch.torch_launch import DistContext, init_from_env
 from accelpipe.performance.report import run_performance
-from accelpipe.settings import ProfileSchedule, ProfileSettings, TorchTrain
 from tests.helpers.fake_power import fake_pynvml, rapl_energy, set_rapl_energy, write_rapl_zone
 from tests.helpers.performance_checks import measured_rows
 from tests.helpers.profile_schedule import PROFILED_STEPS, TINY_SCHEDULE

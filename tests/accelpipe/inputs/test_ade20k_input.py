@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets import ade20k, ade20k_layout
 from accelpipe.datasets.ade20k_synthetic import CLASSES_USED, synthesize
-from accelpipe.errors import DataError
 from accelpipe.inputs import ade20k_input
-from accelpipe.keras2 import tf
 from tests.helpers.tf_pipelines import parallel, stateful_ops
 
 pytestmark = pytest.mark.tensorflow

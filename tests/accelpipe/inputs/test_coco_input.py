@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets import coco, tfrecord
 from accelpipe.datasets.coco_instances import Box, ImageRecord
 from accelpipe.datasets.coco_synthetic import synthesize
 from accelpipe.datasets.coco_tfrecord import encode
-from accelpipe.errors import DataError
 from accelpipe.inputs import coco_input
-from accelpipe.keras2 import tf
 from accelpipe.models.ssd_boxes import NUM_BOXES, default_boxes
 from tests.helpers.tf_pipelines import parallel, stateful_ops
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 from accelpipe.inputs.imagefolder import (
     MEAN,
     STD,

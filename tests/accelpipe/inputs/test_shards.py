@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets import tfrecord
 from accelpipe.inputs import shards
-from accelpipe.keras2 import tf
 
 pytestmark = pytest.mark.tensorflow
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import brats
-from accelpipe.errors import DataError
 from accelpipe.inputs.slices import SliceBatches
 
 pytestmark = pytest.mark.torch

@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from accelpipe.config.settings import TFTrain
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets import tfrecord
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.errors import DataError
 from accelpipe.inputs.shards import worker_records
 from accelpipe.inputs.tf_data_checks import check, checked, data_errors
-from accelpipe.keras2 import tf
 from accelpipe.launch.tf_launch import InputShard
-from accelpipe.settings import TFTrain
 from tests.helpers import tf_toy
 from tests.helpers.settings import tf_run
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import nsclc
 from accelpipe.datasets.nsclc_synthetic import synthesize
-from accelpipe.errors import DataError
 from accelpipe.inputs import volumes
 
 pytestmark = pytest.mark.torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelpipe.errors import AccelpipeError, ConfigError
+from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.launch.slurm import config_key, require_slurm, slurm_counts, srun_command
 
 

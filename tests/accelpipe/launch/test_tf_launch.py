@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.errors import AccelpipeError, ConfigError
+from accelpipe.config.settings import TFTrain
+from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.launch import lifeline, tf_launch
 from accelpipe.launch.tf_launch import PORTS_ENV, cluster, slurm_command, slurm_worker_env
-from accelpipe.settings import TFTrain
 from tests.helpers.settings import tf_train
 
 REPO = Path(__file__).resolve().parents[3]

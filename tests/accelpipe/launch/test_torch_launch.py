@@ -21,10 +21,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from accelpipe import cli
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
+from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.datasets import brats
 from accelpipe.devices.torch_device import resolve
-from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.slices import SliceBatches
 from accelpipe.launch import lifeline
 from accelpipe.launch.torch_launch import DistContext, backend_for, init_from_env, launch_command

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
-from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
+from accelpipe.models.losses import DeepSupervisionLoss, DiceCELoss
+from accelpipe.models.metrics import dice_per_class
 
 pytestmark = pytest.mark.torch
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
 from accelpipe.models import ssd_boxes
 from accelpipe.workloads import segmenter, ssd
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from accelpipe.config import validate
+from accelpipe.config.schema import validate
 from accelpipe.workloads import resnet50, swinunetr, unet2d
 
 pytestmark = pytest.mark.torch

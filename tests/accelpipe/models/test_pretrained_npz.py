@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 from accelpipe.models import pretrained_npz
 
 

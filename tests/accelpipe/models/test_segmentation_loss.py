@@ -7,7 +7,7 @@ import pytest
 
 pytestmark = pytest.mark.tensorflow
 
-from accelpipe.keras2 import tf  # noqa: E402
+from accelpipe.core.keras2 import tf  # noqa: E402
 from accelpipe.models.segmentation_loss import segmentation_loss  # noqa: E402
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accelpipe.errors import ConfigError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import ConfigError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models import segmenter as seg
 from accelpipe.models.vit import ENCODERS
 

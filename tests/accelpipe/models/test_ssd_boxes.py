@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from accelpipe.keras2 import tf
+from accelpipe.core.keras2 import tf
 from accelpipe.models import ssd_boxes as sb
 
 pytestmark = pytest.mark.tensorflow

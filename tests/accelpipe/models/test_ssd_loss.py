@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from accelpipe.keras2 import tf
+from accelpipe.core.keras2 import tf
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss
 
 pytestmark = pytest.mark.tensorflow

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.errors import DataError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models import ssd_resnet34 as ssd
 from accelpipe.models.ssd_boxes import default_boxes, encode_labels
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss

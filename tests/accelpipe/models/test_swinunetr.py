@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accelpipe.errors import ConfigError
+from accelpipe.core.errors import ConfigError
 from accelpipe.models.swinunetr import build_model, check_roi
 
 pytestmark = pytest.mark.torch

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from accelpipe.errors import ConfigError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import ConfigError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models import vit
 
 pytestmark = pytest.mark.tensorflow

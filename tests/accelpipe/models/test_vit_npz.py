@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.errors import DataError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models import vit_npz
 from accelpipe.models.segmenter import build_segmenter
 from accelpipe.models.vit import build_vit

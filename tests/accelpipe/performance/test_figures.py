@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe import recipes, registry
+from accelpipe.config import recipes
+from accelpipe.core import registry
+from accelpipe.core.errors import DataError
 from accelpipe.devices import device_family
-from accelpipe.errors import DataError
 from accelpipe.performance.figures import (
     _SCHEMA,
     COMPUTED,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 from accelpipe.performance.steps import attempts, profiled_step, stage_throughput, step_statistics
 from tests.helpers.performance_runs import LOG, TRAIN, write_log
 from tests.helpers.train_logs import write_train_log

@@ -10,9 +10,9 @@ import tarfile
 import threading
 from pathlib import Path
 
+from accelpipe.core.io import read_json
 from accelpipe.datasets.brats import synthesize
 from accelpipe.datasets.sources import MADE_FROM, config_key, made_from
-from accelpipe.io import read_json
 from tests.helpers.http_server import FileServer
 from tests.helpers.overlap import await_state, gated_route, start_python
 

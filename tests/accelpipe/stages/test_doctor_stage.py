@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from accelpipe.cli import main
+from accelpipe.config.runtime import RUNTIME_ENV
 from accelpipe.devices import doctor
-from accelpipe.runtime import RUNTIME_ENV
 from tests.helpers.fake_smi import app_row, fake_gpu_torch, gpu_row, install_nvidia_smi
 
 pytestmark = pytest.mark.torch

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe import registry
 from accelpipe.cli import main
+from accelpipe.core import registry
 from tests.helpers.run_folders import write_run
 
 
@@ -154,8 +154,8 @@ def test_a_run_made_with_another_config_is_flagged_stale(
     and is flagged where the current config (config.yaml here, --config over it) differs."""
     import yaml
 
-    from accelpipe import stage_config
-    from accelpipe.config import validate
+    from accelpipe.config.schema import validate
+    from accelpipe.plan import stage_config
 
     settings = {"resnet50": {"train": {"lr": 0.1}, "runs": {"fp32": {}, "bf16": {}}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(settings))

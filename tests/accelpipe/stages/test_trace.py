@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from accelpipe.core.errors import AccelpipeError
 from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, PROFILER_TABLES
-from accelpipe.errors import AccelpipeError
 from accelpipe.stages.trace import run_summarize_trace, trace_files
 from tests.accelpipe.traces.test_traces_join import cuda_events
 from tests.helpers.chrome_traces import write_trace

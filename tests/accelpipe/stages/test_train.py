@@ -82,8 +82,8 @@ def test_resume_dir_changes_with_the_workloads_split_files_only(tmp_path: Path) 
 
 
 def _train_argv(tmp_path: Path, prepared: Path, **train: object) -> list[str]:
-    from accelpipe import stage_config
-    from accelpipe.config import validate
+    from accelpipe.config.schema import validate
+    from accelpipe.plan import stage_config
 
     config = validate({"unet2d": {"train": train}})
     cfg = json.dumps(stage_config.train(config, "unet2d", "fold0"))
@@ -150,8 +150,8 @@ def test_the_train_job_gets_the_evaluate_settings_left_out_of_its_key(
     evaluating inside training still scores with the configured one, from the environment the
     workflow sets (rules/common.smk)."""
     from accelpipe import workloads
+    from accelpipe.config.runtime import EVAL_SETTINGS_ENV
     from accelpipe.engines import torch_trainer
-    from accelpipe.runtime import EVAL_SETTINGS_ENV
 
     argv = _train_argv(tmp_path, tmp_path, eval_every=1)
     assert "batch_size" not in json.loads(argv[argv.index("--config-json") + 1])["evaluate"]
@@ -189,7 +189,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _evaluating_config() -> dict:
     """A tiny unet2d run evaluating after every epoch against a target its first evaluation
     reaches, profiling steps 2-3 of each attempt's profiler."""
-    from accelpipe.config import validate
+    from accelpipe.config.schema import validate
 
     return validate(
         {
@@ -231,8 +231,8 @@ def test_a_killed_and_resumed_run_is_timed_logged_and_traced_over_both_attempts(
     train counts both attempts (it counted the last one alone, below the time to target),
     each attempt is listed, the resume is logged, the killed attempt's log is kept, and each
     attempt's profiler trace is kept under its own name."""
-    from accelpipe import stage_config
     from accelpipe.performance.report import run_performance
+    from accelpipe.plan import stage_config
 
     config = _evaluating_config()
     log = tmp_path / "train.log"

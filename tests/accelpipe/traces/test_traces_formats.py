@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 from accelpipe.traces import detect_format, reader, summarize_traces
 from accelpipe.traces.collect import FileEvents
 from tests.accelpipe.traces.test_traces_join import cuda_events
@@ -121,7 +121,7 @@ def test_a_real_xprof_trace_is_accepted(tmp_path: Path) -> None:
     """The JSON our TF engine writes (XSpace converted by xprof), from a real TF profile."""
     tf = pytest.importorskip("tensorflow")
     pytest.importorskip("xprof")
-    from accelpipe.xspace import xspace_to_trace_json
+    from accelpipe.core.xspace import xspace_to_trace_json
 
     logdir = tmp_path / "log"
     tf.profiler.experimental.start(str(logdir))

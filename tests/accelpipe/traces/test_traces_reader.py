@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 from accelpipe.traces import reader, summarize_traces
 from tests.accelpipe.traces.test_traces_join import CUDA_SECTIONS, cuda_events
 from tests.helpers.chrome_traces import (

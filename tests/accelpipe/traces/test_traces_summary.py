@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 from accelpipe.traces import plot_step_breakdown, render_markdown, summarize_traces, write_summary
 from accelpipe.traces import summary as summary_module
 from tests.accelpipe.traces.test_traces_join import cuda_events

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from accelpipe.cli import main
-from accelpipe.keras2 import keras
+from accelpipe.core.keras2 import keras
+from accelpipe.core.xspace import xspace_to_trace_json
 from accelpipe.traces import render_markdown, summarize_traces, write_summary
-from accelpipe.xspace import xspace_to_trace_json
 from tests.helpers import tf_toy
 from tests.helpers.chrome_traces import plain_breakdown, union_us
 from tests.helpers.settings import tf_run
@@ -201,7 +201,7 @@ def test_the_stage_converts_a_folder_of_xplane_files(custom_loop: Path, tmp_path
 
 
 def test_an_unreadable_xplane_is_one_error_naming_it(tmp_path: Path) -> None:
-    from accelpipe.errors import DataError
+    from accelpipe.core.errors import DataError
 
     bad = tmp_path / "plugins" / "profile" / "run" / "host.xplane.pb"
     bad.parent.mkdir(parents=True)
@@ -294,7 +294,7 @@ def test_a_tf_trace_with_gpu_rows_gives_kernel_time_per_section(tmp_path: Path) 
 
 
 def test_perfetto_and_non_trace_json_are_still_refused(tmp_path: Path) -> None:
-    from accelpipe.errors import DataError
+    from accelpipe.core.errors import DataError
 
     perfetto = {"traceEvents": [_x("RunTask", 0, 1, 1, 2)], "systemTraceEvents": ""}
     for name, doc in (("p.json", perfetto), ("n.json", {"traceEvents": [{"a": 1}]})):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from accelpipe.cli import main
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models import segmenter, ssd_resnet34, vit, vit_npz
 from accelpipe.models.pretrained_npz import WEIGHTS_FILE
 from tests.helpers.http_server import FileServer

@@ -6,7 +6,8 @@ import inspect
 
 import pytest
 
-from accelpipe import registry, workloads
+from accelpipe import workloads
+from accelpipe.core import registry
 
 
 def _parameters(function: object) -> list[str]:
@@ -23,7 +24,7 @@ def test_each_workload_module_is_a_workload(name: str) -> None:
 
 
 def test_a_workload_without_pretrained_weights_refuses_a_weights_folder(tmp_path) -> None:
-    from accelpipe.errors import ConfigError
+    from accelpipe.core.errors import ConfigError
 
     workloads.no_starting_weights("unet2d", None)  # the rules never pass one
     with pytest.raises(ConfigError, match="unet2d starts from random init: it takes no --weights"):

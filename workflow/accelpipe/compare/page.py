@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accelpipe import ttt
 from accelpipe.compare.rows import MARKS
+from accelpipe.config.seeds import split_seed_run
+from accelpipe.core.provenance import SHORT_HASH
 from accelpipe.performance import DEFINITIONS
-from accelpipe.provenance import SHORT_HASH
-from accelpipe.seeds import split_seed_run
+from accelpipe.results import ttt
 from accelpipe.traces.plot import LABELS, PART_NAMES
 
 Row = dict[str, Any]

@@ -12,12 +12,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from accelpipe import registry
 from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMARY, run_of
-from accelpipe.errors import DataError
-from accelpipe.io import read_json
+from accelpipe.core import registry
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import read_json
+from accelpipe.core.provenance import SHORT_HASH
 from accelpipe.performance.compute import COMPUTE_COLUMNS
-from accelpipe.provenance import SHORT_HASH
 from accelpipe.traces.plot import PART_NAMES, step_parts
 
 PART_COLUMNS = tuple(f"{part}_ms" for part in PART_NAMES)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from accelpipe import registry
-from accelpipe.curves import CURVES_FILE
+from accelpipe.core import registry
+from accelpipe.results.curves import CURVES_FILE
 
 PROVENANCE = "provenance.json"  # publish writes it: a folder with one is a finished run
 METRICS = "metrics.json"

@@ -9,8 +9,8 @@ from typing import Any
 from accelpipe.compare import page, plots
 from accelpipe.compare.rows import COLUMNS, build_rows
 from accelpipe.compare.runs import run_of
-from accelpipe.curves import CURVES_FILE
-from accelpipe.io import atomic_path, write_csv, write_json, write_text
+from accelpipe.core.io import atomic_path, write_csv, write_json, write_text
+from accelpipe.results.curves import CURVES_FILE
 
 ALT_TEXT = {
     plots.QUALITY: "quality metric per run, one panel per workload",

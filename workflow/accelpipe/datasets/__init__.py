@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from accelpipe import registry
+from accelpipe.core import registry
 
 if TYPE_CHECKING:
     from accelpipe.datasets.sources import RawSources

@@ -22,6 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path, write_json
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES, ROOT, SPLITS
 from accelpipe.datasets.ade20k_synthetic import synthesize
 from accelpipe.datasets.ade20k_tfrecord import FEATURES, encode, pair_files, pairs
@@ -29,8 +31,6 @@ from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.download import download
 from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.datasets.tfrecord import Split, write_splits
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path, write_json
 
 VARIANT = "tfrecord"
 FORMAT = "accelpipe ADE20K TFRecord v1: ADEChallengeData2016 JPEG and PNG bytes as they are"

@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import image_bytes
 from accelpipe.datasets.ade20k_layout import NUM_CLASSES, annotation_dir, image_dir
 from accelpipe.datasets.image_bytes import png_header, png_problem
 from accelpipe.datasets.tfrecord import bytes_feature, example, int64_feature
-from accelpipe.errors import DataError
 
 FEATURES = {
     "image/encoded": "the image file's bytes, not re-encoded",

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from accelpipe.errors import DataError, clip
-from accelpipe.io import atomic_path, no_space_error
+from accelpipe.core.errors import DataError, clip
+from accelpipe.core.io import atomic_path, no_space_error
 
 # tarfile's extraction filters arrived in 3.12 and were backported to 3.10.12 / 3.11.4.
 _TAR_FILTER_ERROR = getattr(tarfile, "FilterError", ())

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path, read_json, write_json
 from accelpipe.datasets import msd
 from accelpipe.datasets.archives import ArchiveLimits
 from accelpipe.datasets.brats_case import CaseTask, prepare_case, release_scratch
@@ -32,8 +34,6 @@ from accelpipe.datasets.brats_layout import LABELS, MODALITIES, TASK
 from accelpipe.datasets.brats_synthetic import synthesize
 from accelpipe.datasets.pool import map_tasks
 from accelpipe.datasets.sources import RawSources, existing_copy
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path, read_json, write_json
 
 __all__ = [
     "SOURCES",

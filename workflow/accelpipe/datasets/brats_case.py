@@ -15,8 +15,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.nifti import read_nifti
-from accelpipe.errors import DataError
 
 
 def _foreground_bbox(image: np.ndarray) -> tuple[slice, ...]:

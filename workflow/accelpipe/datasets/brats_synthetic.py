@@ -16,9 +16,9 @@ import nibabel as nib
 import numpy as np
 import numpy.typing as npt
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path
 from accelpipe.datasets.brats_layout import LABELS, MODALITIES, TASK
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path
 
 # Tissue classes of the synthetic anatomy; rows of _CONTRAST.
 _WM, _GM, _CSF, _VESSEL, _EDEMA, _CORE, _ENH = range(7)

@@ -27,6 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import atomic_path, write_json
 from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.coco_instances import SplitStats, load_instances, records
 from accelpipe.datasets.coco_synthetic import synthesize
@@ -34,8 +36,6 @@ from accelpipe.datasets.coco_tfrecord import encode, image_files
 from accelpipe.datasets.download import download
 from accelpipe.datasets.sources import RawSources, existing_copy
 from accelpipe.datasets.tfrecord import Split, write_splits
-from accelpipe.errors import ConfigError, DataError
-from accelpipe.io import atomic_path, write_json
 
 SPLITS = ("train", "val")
 VARIANT = "tfrecord"

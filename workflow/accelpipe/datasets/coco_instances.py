@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, cast
 
 import orjson
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 
 BOX_TOLERANCE_PX = 1.0
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1

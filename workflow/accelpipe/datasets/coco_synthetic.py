@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from accelpipe.core.io import write_json
 from accelpipe.datasets.synthetic_images import image_size, noisy_background
-from accelpipe.io import write_json
 
 # (COCO id, name, supercategory, RGB colour, shape): ids as in the real COCO 2017 list.
 CATEGORIES: tuple[tuple[int, str, str, tuple[int, int, int], str], ...] = (

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import hashlib
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets import image_bytes
 from accelpipe.datasets.coco_instances import Box, ImageRecord
 from accelpipe.datasets.tfrecord import bytes_feature, example, float_feature, int64_feature
-from accelpipe.errors import DataError
 
 
 def image_files(record: ImageRecord) -> tuple[str]:

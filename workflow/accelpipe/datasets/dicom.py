@@ -24,7 +24,7 @@ import pydicom
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 
 # Everything pydicom raises on a truncated, corrupt or non-DICOM file or pixel data.
 _READ_ERRORS = (

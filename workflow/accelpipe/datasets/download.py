@@ -10,7 +10,7 @@ together: `<dest>.lock` lets one download while the other waits, bounded and nam
 holder, and then finds `dest` made. A server that trickles (a byte now and then never trips
 a read timeout) is abandoned once the rate stays below a floor for a window, and progress
 is logged on an interval. The settings are the config's `downloads` block. URLs in messages
-and logs are redacted (accelpipe.redact): a signed URL's credentials stay out of them.
+and logs are redacted (accelpipe.core.redact): a signed URL's credentials stay out of them.
 
 Archives are unpacked by `accelpipe.datasets.archives`.
 """
@@ -35,12 +35,12 @@ import requests
 import urllib3
 from tqdm import tqdm
 
-from accelpipe import locks
-from accelpipe.config import validate
-from accelpipe.errors import ConfigError, DataError
-from accelpipe.io import disk_full_names
-from accelpipe.redact import redact
-from accelpipe.settings import view
+from accelpipe.config.schema import validate
+from accelpipe.config.settings import view
+from accelpipe.core import locks
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import disk_full_names
+from accelpipe.core.redact import redact
 
 if TYPE_CHECKING:
     from _hashlib import HASH  # what hashlib.new returns; hashlib itself names it only privately
@@ -417,7 +417,7 @@ def _watch(text: str) -> DownloadWatch:
 @contextlib.contextmanager
 def exclusive(target: Path, *, wait_s: float | None, job: str) -> Iterator[None]:
     """Hold `<target>.lock` for the `with` block: fcntl.flock on a file made 0600, opened
-    without following links and never truncated at open (accelpipe.locks). Another holder is
+    without following links and never truncated at open (accelpipe.core.locks). Another holder is
     waited for, at most `wait_s` seconds (None: no limit), with a log line naming it.
 
     The file lives only while held, so a downloads folder does not fill with one per file:

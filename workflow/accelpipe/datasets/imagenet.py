@@ -27,6 +27,8 @@ from typing import Any
 
 from PIL import Image
 
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import atomic_path, read_json, write_json
 from accelpipe.datasets.archives import OWN_ARCHIVE, ArchiveLimits, one_line
 from accelpipe.datasets.download import md5sum
 from accelpipe.datasets.imagenet_layout import (
@@ -42,8 +44,6 @@ from accelpipe.datasets.imagenet_synthetic import synthesize_tars
 from accelpipe.datasets.imagenet_tars import import_tars
 from accelpipe.datasets.pool import map_tasks
 from accelpipe.datasets.sources import RawSources, existing_copy
-from accelpipe.errors import ConfigError, DataError
-from accelpipe.io import atomic_path, read_json, write_json
 
 CSV_HEADER = ("path", "label", "bytes", "width", "height")
 

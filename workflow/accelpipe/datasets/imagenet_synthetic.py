@@ -21,6 +21,7 @@ import numpy.typing as npt
 import scipy.io
 from PIL import Image
 
+from accelpipe.core.errors import ConfigError
 from accelpipe.datasets.imagenet_layout import (
     DEVKIT,
     GROUND_TRUTH,
@@ -29,7 +30,6 @@ from accelpipe.datasets.imagenet_layout import (
     VAL_TAR,
     val_name,
 )
-from accelpipe.errors import ConfigError
 
 _MTIME = 1_335_000_000  # fixed member times (April 2012): the tars' md5 depends on the seed only
 _SYNSET_FIELDS = (

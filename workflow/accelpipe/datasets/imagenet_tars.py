@@ -22,6 +22,8 @@ from typing import IO
 import numpy as np
 import scipy.io
 
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import write_json
 from accelpipe.datasets.archives import (
     ArchiveLimits,
     EndCheckingTarInfo,
@@ -31,8 +33,6 @@ from accelpipe.datasets.archives import (
 )
 from accelpipe.datasets.download import md5sum
 from accelpipe.datasets.imagenet_layout import GROUND_TRUTH, KEY, ROOT, known_words, val_name
-from accelpipe.errors import ConfigError, DataError
-from accelpipe.io import write_json
 
 _WNID = re.compile(r"n\d{8}")
 _COPY_BYTES = 1 << 20

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path
 from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.download import download
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path
 
 _BASE_URL = "https://msd-for-monai.s3-us-west-2.amazonaws.com"
 # Official archives (the AWS mirror MONAI uses) and their md5 sums.

@@ -22,7 +22,7 @@ import numpy as np
 from nibabel.arrayproxy import ArrayProxy
 from nibabel.dataobj_images import DataobjImage
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 
 # sizeof_hdr (first 4 bytes, in the file's byte order) -> image class and where its magic is.
 _SINGLE_FILE = {

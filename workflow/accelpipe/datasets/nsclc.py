@@ -29,14 +29,14 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path, write_json
 from accelpipe.datasets import dicom, tcia
 from accelpipe.datasets.archives import ArchiveLimits
 from accelpipe.datasets.nsclc_layout import COLLECTION
 from accelpipe.datasets.nsclc_synthetic import synthesize
 from accelpipe.datasets.pool import map_tasks
 from accelpipe.datasets.sources import RawSources, existing_copy
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 

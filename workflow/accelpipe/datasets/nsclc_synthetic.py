@@ -22,9 +22,9 @@ from typing import Any, cast
 
 import numpy as np
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path
 from accelpipe.datasets.nsclc_layout import COLLECTION
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path
 
 _CT_STORAGE = "1.2.840.10008.5.1.4.1.1.2"
 _MIN_SHAPE = (16, 16, 4)

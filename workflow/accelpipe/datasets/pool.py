@@ -26,7 +26,7 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal, TypeVar, overload
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")

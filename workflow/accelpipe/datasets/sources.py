@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import read_json
+from accelpipe.core.provenance import STAGE_FILE
+from accelpipe.core.redact import redact_data
 from accelpipe.datasets.download import configured_watch, exclusive
-from accelpipe.errors import ConfigError, DataError
-from accelpipe.io import read_json
-from accelpipe.provenance import STAGE_FILE
-from accelpipe.redact import redact_data
 
 # (a source's config block, the raw folder to create, the downloads folder)
 Handler = Callable[[dict[str, Any], Path, Path], None]

@@ -15,7 +15,7 @@ completion mark: a rerun skips the series without a request, and the zip is then
 raw tree gets hard links to those files (copies across file systems), so it takes no extra
 space and stays valid if the downloads folder is removed. Two processes sharing the folder
 fetch a series one at a time (`series/<uid>.lock`): the second finds it made. URLs in
-messages are redacted (accelpipe.redact).
+messages are redacted (accelpipe.core.redact).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path
+from accelpipe.core.redact import redact
 from accelpipe.datasets import dicom
 from accelpipe.datasets.archives import ArchiveLimits, safe_extract
 from accelpipe.datasets.download import configured_watch, download, exclusive
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path
-from accelpipe.redact import redact
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ written shards.
 `write_splits` spreads each split's records over `<prefix>-%05d-of-%05d.tfrecord` files the
 way the tensorflow/tpu converters do (record i goes to shard i % num_shards), writes one shard
 per task on one process pool for all splits and checks that every expected record was
-written. Callers write into a folder that `accelpipe.io.atomic_path` renames into place, so a
+written. Callers write into a folder that `accelpipe.core.io.atomic_path` renames into place, so a
 failure leaves nothing. `damage` walks a shard's record frames to say whether and where it is
 cut short or corrupted, which TensorFlow's reader does not (its DataLossError names an offset
 but no file): the input pipelines (`accelpipe.inputs`, which read the shards with tf.data:
@@ -30,9 +30,9 @@ from typing import Any, BinaryIO
 
 import google_crc32c
 
+from accelpipe.core.errors import DataError
 from accelpipe.datasets.pool import map_batches
 from accelpipe.datasets.readahead import ahead
-from accelpipe.errors import DataError
 
 SHARD_NAME = "{prefix}-{index:05d}-of-{count:05d}.tfrecord"
 

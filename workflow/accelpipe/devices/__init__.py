@@ -18,8 +18,8 @@ import resource
 from collections.abc import Mapping
 from typing import Any
 
-from accelpipe import registry
-from accelpipe.errors import ConfigError
+from accelpipe.core import registry
+from accelpipe.core.errors import ConfigError
 
 BACKENDS = ("cpu", "cuda", "rocm", "gaudi")
 PRECISIONS = ("bf16", "fp16", "fp32")

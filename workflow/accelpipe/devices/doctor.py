@@ -32,8 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from accelpipe.core.leases import VISIBILITY_ENV
 from accelpipe.devices import resolve_precision, smi
-from accelpipe.leases import VISIBILITY_ENV
 
 CHECKS = ("driver", "framework", "devices", "busy", "memory", "bf16", "collective", "container")
 OK, PROBLEM, SKIPPED = "ok", "problem", "skipped"

@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from accelpipe.errors import BackendUnavailableError
+from accelpipe.core.errors import BackendUnavailableError
 
 # framework -> (pyproject extra, the distribution whose range that extra declares)
 DECLARED = {"pytorch": ("torch", "torch"), "tensorflow": ("tensorflow", "tensorflow")}

@@ -41,8 +41,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from accelpipe.core.errors import DataError
 from accelpipe.devices import PRECISIONS, device_family
-from accelpipe.errors import DataError
 
 PEAKS_FILE = Path(__file__).with_name("peaks.yaml")
 _SCHEMA = Path(__file__).parents[1] / "schemas" / "device_peaks.schema.yaml"

@@ -54,7 +54,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from accelpipe.leases import VISIBILITY_ENV
+from accelpipe.core.leases import VISIBILITY_ENV
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What the vendor's tool says about the devices: driver, names, memory and who uses them.
 
-`query(backend)` runs the tool the leases already use to list devices (accelpipe.leases: its
+`query(backend)` runs the tool the leases already use to list devices (accelpipe.core.leases: its
 `run_tool`, so the same timeout, the same errors and the same stand-ins in tests) and returns
 a `Vendor`, or raises `ToolMissing` (not on PATH) or `ToolFailed` (it ran and failed, or printed
 nothing usable). Framework-free: `accelpipe doctor` reads it before any framework is imported.
@@ -30,8 +30,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from accelpipe import leases
-from accelpipe.errors import BackendUnavailableError
+from accelpipe.core import leases
+from accelpipe.core.errors import BackendUnavailableError
 
 # (tool, what it is called in messages) per backend, in the order they are tried
 TOOLS = {"cuda": ("nvidia-smi",), "rocm": ("rocm-smi", "amd-smi"), "gaudi": ("hl-smi",)}

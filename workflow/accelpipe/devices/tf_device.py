@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from accelpipe.core.errors import BackendUnavailableError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.devices import resolve_precision, usable_threads
 from accelpipe.devices.frameworks import check_supported
-from accelpipe.errors import BackendUnavailableError
-from accelpipe.keras2 import keras, tf
 
 log = logging.getLogger(__name__)
 _POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16", "fp32": "float32"}

@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from accelpipe.core.flops import GemmResult, fit_probe, gemm_tflops
+from accelpipe.core.keras2 import tf
 from accelpipe.devices.tf_device import TFDevice
-from accelpipe.flops import GemmResult, fit_probe, gemm_tflops
-from accelpipe.keras2 import tf
 
 MEASURED_BY = "tf.linalg.matmul (eager)"
 WARMUP = 2

@@ -19,9 +19,9 @@ from typing import cast
 
 import torch
 
+from accelpipe.core.errors import BackendUnavailableError
 from accelpipe.devices import resolve_precision, usable_threads
 from accelpipe.devices.frameworks import check_supported
-from accelpipe.errors import BackendUnavailableError
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 # Alloc/free events the memory history keeps (a ring buffer of a few KB per entry).

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from accelpipe.core.flops import GemmResult, fit_probe, gemm_tflops
 from accelpipe.devices.torch_device import Device
-from accelpipe.flops import GemmResult, fit_probe, gemm_tflops
 
 MEASURED_BY = "torch.matmul"
 WARMUP = 2

@@ -15,10 +15,10 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from accelpipe import registry
+from accelpipe.core import registry
 
 if TYPE_CHECKING:
-    from accelpipe.settings import TrainSettings
+    from accelpipe.config.settings import TrainSettings
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from accelpipe.errors import DataError
-from accelpipe.io import read_json, write_json
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import read_json, write_json
 from accelpipe.launch.workers import stage_started_at
 
 log = logging.getLogger(__name__)

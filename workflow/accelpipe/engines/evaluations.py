@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from accelpipe import quality
+from accelpipe.config import quality
+from accelpipe.config.quality import QualityTarget, verdict
+from accelpipe.config.settings import TrainSettings, view
+from accelpipe.core.io import write_csv
 from accelpipe.engines.run_log import RunLog, mlperf_facts
-from accelpipe.io import write_csv
-from accelpipe.quality import QualityTarget, verdict
-from accelpipe.settings import TrainSettings, view
 
 log = logging.getLogger(__name__)
 

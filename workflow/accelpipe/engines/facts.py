@@ -25,7 +25,7 @@ def run_facts(
     resolved device (name, backend, precision, peak memory: a TorchDevice or TFDevice), whether
     the step was compiled, the steps taken, the step it resumed from (None: a fresh start),
     world size, global batch, the workload's own facts, and what the performance figures
-    need from the device: the FLOPs of one counted train step (`flops`: accelpipe.flops's
+    need from the device: the FLOPs of one counted train step (`flops`: accelpipe.core.flops's
     FlopCount fields, or a `reason` there is none) and the measured matmul ceiling (`gemm`);
     and the train process's energy (`power`: engines.energy.power_facts), and the host's load
     over the training loop (`host`: devices.host.HostWindow)."""

@@ -1,4 +1,5 @@
-"""mllog.txt: a run's MLPerf training log (accelpipe.mllog's format), the same for both engines.
+"""mllog.txt: a run's MLPerf training log (accelpipe.core.mllog's format), the same for both
+engines.
 
 Written for runs that evaluate inside training (`train.eval_every`): MLPerf's log is a time
 to train, which needs evaluations (`eval_accuracy`) and a target. The engines call it where
@@ -28,7 +29,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from accelpipe import mllog
+from accelpipe.core import mllog
 
 log = logging.getLogger(__name__)
 DIVISION = mllog.OPEN  # not MLPerf's closed division: our models and data pipelines are our own

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from accelpipe.config.settings import ProfileSettings, TrainSettings, view
 from accelpipe.devices.host import HostWindow
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.engines.energy import power_facts, power_meter
 from accelpipe.engines.facts import run_facts
 from accelpipe.engines.run_log import RunLog
 from accelpipe.launch.workers import check_global_batch
-from accelpipe.settings import ProfileSettings, TrainSettings, view
 
 TrainT = TypeVar("TrainT", bound=TrainSettings, contravariant=True)
 

@@ -54,8 +54,8 @@ from typing import Any
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.profiler.internal import flops_registry  # noqa: F401
 
-from accelpipe.flops import FlopCount, flop_count
-from accelpipe.keras2 import tf
+from accelpipe.core.flops import FlopCount, flop_count
+from accelpipe.core.keras2 import tf
 
 COUNTED_BY = (
     "TensorFlow's registered op FLOP statistics (as tf.compat.v1.profiler's float_operation) "

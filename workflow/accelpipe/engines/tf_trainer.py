@@ -45,6 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from accelpipe.config.settings import PROFILE_OFF, ProfileSettings, TFTrain
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import free_space, write_text
+from accelpipe.core.keras2 import keras, tf
+from accelpipe.core.xspace import xspace_to_op_table, xspace_to_trace_json
 from accelpipe.devices import tf_device, tf_gemm
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.tf_device import TFDevice
@@ -54,14 +59,9 @@ from accelpipe.engines.evaluations import InTraining, InTrainingEval
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.run_sequence import Place
 from accelpipe.engines.train_log import Interval, log_row, open_log, truncate_log
-from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.tf_data_checks import data_errors
-from accelpipe.io import free_space, write_text
-from accelpipe.keras2 import keras, tf
 from accelpipe.launch import tf_launch
 from accelpipe.launch.tf_launch import InputShard
-from accelpipe.settings import PROFILE_OFF, ProfileSettings, TFTrain
-from accelpipe.xspace import xspace_to_op_table, xspace_to_trace_json
 
 MODEL_FILE = ENGINES["tensorflow"].weights
 PROFILER_TABLE = ENGINES["tensorflow"].profiler_table

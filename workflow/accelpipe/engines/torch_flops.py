@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from accelpipe.flops import FlopCount, flop_count
+from accelpipe.core.flops import FlopCount, flop_count
 
 COUNTED_BY = "torch.utils.flop_counter.FlopCounterMode (matmul/conv/attention; forward+backward)"
 NOTES = (

@@ -2,7 +2,7 @@
 
 A workload supplies the model, the loss and a per-epoch batch iterator; this
 module owns the rest: device placement, autocast (with loss scaling for fp16), graph
-mode (torch.compile), Gaudi mark_step, the optimizer and LR schedule (accelpipe.optim),
+mode (torch.compile), Gaudi mark_step, the optimizer and LR schedule (accelpipe.models.optim),
 the profiler sections, per-step logging, and epoch checkpoints that let a killed job
 resume.
 
@@ -36,7 +36,9 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelpipe import optim
+from accelpipe.config.settings import ProfileSettings, TorchTrain
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import disk_full_names, write_text
 from accelpipe.devices import torch_device, torch_gemm
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.torch_device import Device
@@ -54,11 +56,9 @@ from accelpipe.engines.train_log import (
     open_log,
     truncate_log,
 )
-from accelpipe.errors import DataError
-from accelpipe.io import disk_full_names, write_text
 from accelpipe.launch import torch_launch
 from accelpipe.launch.torch_launch import DistContext
-from accelpipe.settings import ProfileSettings, TorchTrain
+from accelpipe.models import optim
 
 __all__ = [
     "LOG_FIELDS",

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from accelpipe.errors import DataError
-from accelpipe.io import write_csv
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import write_csv
 
 if TYPE_CHECKING:
     from accelpipe.engines.scalars import ScalarWriter

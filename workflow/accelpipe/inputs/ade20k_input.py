@@ -32,11 +32,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets import tfrecord
 from accelpipe.datasets.ade20k_layout import IGNORE_INDEX, NUM_CLASSES
 from accelpipe.inputs.shards import keyed, worker_records
 from accelpipe.inputs.tf_data_checks import check
-from accelpipe.keras2 import tf
 
 SCALE_RANGE = (0.5, 2.0)
 CAT_MAX_RATIO = 0.75

@@ -23,9 +23,9 @@ from typing import cast
 
 import numpy as np
 
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets import tfrecord
 from accelpipe.inputs.shards import keyed, worker_records
-from accelpipe.keras2 import tf
 from accelpipe.models.ssd_boxes import encode_labels
 
 IMAGE_SIZE = 300

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets.tfrecord import reading
-from accelpipe.keras2 import tf
 
 
 def count_records(paths: Iterable[Path]) -> int:

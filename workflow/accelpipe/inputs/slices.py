@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 from accelpipe.inputs.transforms import BatchAugment
 
 

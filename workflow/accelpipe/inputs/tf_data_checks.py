@@ -17,9 +17,9 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import tf
 from accelpipe.datasets.tfrecord import find_damaged
-from accelpipe.errors import DataError
-from accelpipe.keras2 import tf
 
 Element = TypeVar("Element")
 

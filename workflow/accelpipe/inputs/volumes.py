@@ -17,8 +17,8 @@ import torch
 from monai import transforms as mt
 from monai.data import CacheDataset, DataLoader, partition_dataset
 
-from accelpipe.errors import DataError
-from accelpipe.io import read_json
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import read_json
 
 KEYS = ("image", "label")
 

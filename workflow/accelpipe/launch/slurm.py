@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 
-from accelpipe.errors import AccelpipeError, ConfigError
+from accelpipe.core.errors import AccelpipeError, ConfigError
 
 
 def config_key(stage_argv: list[str], name: str) -> str:

@@ -55,7 +55,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from accelpipe.errors import AccelpipeError
+from accelpipe.config.settings import TrainSettings
+from accelpipe.core.errors import AccelpipeError
 from accelpipe.launch import lifeline
 from accelpipe.launch.slurm import (
     config_key,
@@ -65,7 +66,6 @@ from accelpipe.launch.slurm import (
     srun_command,
 )
 from accelpipe.launch.workers import launched_env, run_workers
-from accelpipe.settings import TrainSettings
 
 log = logging.getLogger(__name__)
 # The lease's visibility variables: each worker keeps the one device of its index.

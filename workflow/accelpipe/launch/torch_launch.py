@@ -29,14 +29,14 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from accelpipe.errors import BackendUnavailableError, ConfigError
+from accelpipe.core.errors import BackendUnavailableError, ConfigError
 from accelpipe.launch import slurm, workers
 
 if TYPE_CHECKING:
     import torch
 
+    from accelpipe.config.settings import TrainSettings
     from accelpipe.devices.torch_device import Device
-    from accelpipe.settings import TrainSettings
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from accelpipe.errors import ConfigError
+from accelpipe.core.errors import ConfigError
 from accelpipe.launch import lifeline
 
 log = logging.getLogger(__name__)

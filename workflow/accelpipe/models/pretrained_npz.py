@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.errors import DataError
+from accelpipe.core.errors import DataError
 
 WEIGHTS_FILE = "weights.npz"
 

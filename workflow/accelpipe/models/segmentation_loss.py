@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from accelpipe.keras2 import tf
+from accelpipe.core.keras2 import tf
 
 
 def segmentation_loss(logits: tf.Tensor, labels: tf.Tensor, ignore_index: int) -> tf.Tensor:

@@ -1,6 +1,6 @@
 """Segmenter (Strudel et al. 2021): ViT encoder + linear or mask-transformer decoder.
 
-API (Keras 2 via `accelpipe.keras2`, TF 2.15 and 2.21):
+API (Keras 2 via `accelpipe.core.keras2`, TF 2.15 and 2.21):
 
 - `build_segmenter(num_classes=150, image_size=512, encoder="B_16", decoder="mask",
   decoder_layers=2, dropout=0.0, drop_path=0.1, decoder_dropout=0.1) -> keras.Model`:
@@ -35,8 +35,8 @@ Layer names: the encoder's (see `vit.py`), then `drop_cls`; linear: `head`; mask
 
 from __future__ import annotations
 
-from accelpipe.errors import ConfigError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import ConfigError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models.vit import (
     AddPositionEmbs,
     ClassToken,

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from accelpipe.keras2 import tf
+from accelpipe.core.keras2 import tf
 
 IMAGE_SIZE = 300
 FEATURE_SIZES = (38, 19, 10, 5, 3, 1)

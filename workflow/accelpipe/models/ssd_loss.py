@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from accelpipe.keras2 import tf
+from accelpipe.core.keras2 import tf
 
 NEGATIVES_PER_POSITIVE = 3
 

@@ -1,6 +1,6 @@
 """SSD300 with the ResNet-34 backbone (MLPerf / Habana SSD-ResNet34, REFERENCE-tensorflow A.2).
 
-API (Keras 2 via `accelpipe.keras2`, TF 2.15 and 2.21):
+API (Keras 2 via `accelpipe.core.keras2`, TF 2.15 and 2.21):
 
 - `build_ssd300(num_classes=81, width=64) -> keras.Model`: input [B, 300, 300, 3] float32
   NHWC, outputs `[cls_logits [B, 8732, num_classes], box_deltas [B, 8732, 4]]`, both float32
@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelpipe.errors import DataError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models import pretrained_npz
 from accelpipe.models.ssd_boxes import FEATURE_SIZES, IMAGE_SIZE, NUM_DEFAULTS
 

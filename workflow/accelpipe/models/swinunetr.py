@@ -11,7 +11,7 @@ from typing import Any
 
 from monai.networks.nets import SwinUNETR
 
-from accelpipe.errors import ConfigError
+from accelpipe.core.errors import ConfigError
 
 DOWNSAMPLING = 32  # patch embedding (2) x four patch-merging stages (2**4)
 

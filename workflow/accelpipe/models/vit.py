@@ -1,6 +1,6 @@
 """Vision Transformer encoder as Keras 2 layers (original ViT / vit-keras structure and names).
 
-API (Keras 2 via `accelpipe.keras2`, TF 2.15 and 2.21):
+API (Keras 2 via `accelpipe.core.keras2`, TF 2.15 and 2.21):
 
 - `ENCODERS`: named configs (`ViTConfig(patch, hidden, layers, heads, mlp)`); `encoder_config(name)`
   raises ConfigError listing the known names.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accelpipe.errors import ConfigError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import ConfigError
+from accelpipe.core.keras2 import keras, tf
 
 ENCODER_EPS = 1e-6
 

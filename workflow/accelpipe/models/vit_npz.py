@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from accelpipe.errors import DataError
-from accelpipe.keras2 import keras, tf
+from accelpipe.core.errors import DataError
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.models import pretrained_npz
 from accelpipe.models.vit import POS_EMBEDDING, encoder_blocks, encoder_variables
 

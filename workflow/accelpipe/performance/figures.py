@@ -17,9 +17,10 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelpipe import recipes, registry
+from accelpipe.config import recipes
+from accelpipe.core import registry
+from accelpipe.core.errors import DataError
 from accelpipe.devices import device_family, peaks
-from accelpipe.errors import DataError
 
 PACKAGE_DIR = Path(__file__).parent.parent
 REFERENCE_FIGURES = PACKAGE_DIR / "reference_figures.yaml"

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from accelpipe.core.io import read_json
+from accelpipe.core.provenance import STAGE_FILE
 from accelpipe.engines.evaluations import EVAL_LOG
 from accelpipe.engines.train_log import LOG_FILE
-from accelpipe.io import read_json
 from accelpipe.performance import DEFINITIONS
 from accelpipe.performance.compute import compute
 from accelpipe.performance.energy import energy
@@ -16,7 +17,6 @@ from accelpipe.performance.figures import Figure, reference, run_data
 from accelpipe.performance.host_load import host_load
 from accelpipe.performance.steps import attempts, profiled_step, stage_throughput, step_statistics
 from accelpipe.performance.time_to_target import time_to_target
-from accelpipe.provenance import STAGE_FILE
 
 
 def run_performance(

@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from accelpipe.core.io import read_json
 from accelpipe.engines.train_log import read_log
-from accelpipe.io import read_json
 
 _COLUMNS = ("samples_per_s", "data_wait_ms", "step_ms", "profiled", "samples", "wall_ms")
 

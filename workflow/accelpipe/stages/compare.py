@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from accelpipe.compare.write import write_compare
-from accelpipe.config import load_slice
+from accelpipe.config.schema import load_slice
 
 log = logging.getLogger("accelpipe")
 

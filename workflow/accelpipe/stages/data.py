@@ -7,10 +7,11 @@ import logging
 import time
 from pathlib import Path
 
-from accelpipe import datasets, provenance
-from accelpipe.config import load_slice
+from accelpipe import datasets
+from accelpipe.config.schema import load_slice
+from accelpipe.core import provenance
+from accelpipe.core.io import atomic_path
 from accelpipe.datasets.sources import MADE_FROM, config_key, made_from, make_raw, raw_lock
-from accelpipe.io import atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import argparse
 import logging
 from collections.abc import Callable
 
+from accelpipe.config.runtime import read_runtime
+from accelpipe.core.errors import AccelpipeError
+from accelpipe.core.io import write_json
 from accelpipe.devices import doctor
-from accelpipe.errors import AccelpipeError
-from accelpipe.io import write_json
-from accelpipe.runtime import read_runtime
 
 log = logging.getLogger("accelpipe")
 

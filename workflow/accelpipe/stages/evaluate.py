@@ -1,6 +1,6 @@
 """`evaluate`: metrics of a trained run on the validation data, whether they reach the
-workload's quality target (accelpipe.quality), and their TensorBoard scalars (eval/<metric> at
-the run's last training step, beside the train stage's)."""
+workload's quality target (accelpipe.config.quality), and their TensorBoard scalars (eval/<metric>
+at the run's last training step, beside the train stage's)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import logging
 import time
 from pathlib import Path
 
-from accelpipe import engines, provenance, quality, workloads
-from accelpipe.config import load_slice
+from accelpipe import engines, workloads
+from accelpipe.config import quality
+from accelpipe.config.schema import load_slice
+from accelpipe.core import provenance
+from accelpipe.core.io import atomic_path, read_json, write_json
 from accelpipe.engines import scalars
-from accelpipe.io import atomic_path, read_json, write_json
 
 log = logging.getLogger("accelpipe")
 

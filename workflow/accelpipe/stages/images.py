@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from accelpipe import containers, images
+from accelpipe.core import containers
+from accelpipe.plan import images
 
 
 def run_images(args: argparse.Namespace) -> None:

@@ -8,10 +8,12 @@ import json
 import logging
 from pathlib import Path
 
-from accelpipe import benchmark, engines, registry, ttt
-from accelpipe.config import load_slice
-from accelpipe.leaderboard import rank_runs
-from accelpipe.publish import aggregate_folds, publish_run
+from accelpipe import engines
+from accelpipe.config.schema import load_slice
+from accelpipe.core import registry
+from accelpipe.results import benchmark, ttt
+from accelpipe.results.leaderboard import rank_runs
+from accelpipe.results.publish import aggregate_folds, publish_run
 
 log = logging.getLogger("accelpipe")
 

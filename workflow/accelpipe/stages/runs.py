@@ -19,11 +19,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from accelpipe import registry, stage_config
 from accelpipe.compare.rows import config_state, read_row
 from accelpipe.compare.runs import PERFORMANCE, PROVENANCE, is_finished, run_folders, run_of
-from accelpipe.errors import AccelpipeError
-from accelpipe.provenance import SHORT_HASH
+from accelpipe.core import registry
+from accelpipe.core.errors import AccelpipeError
+from accelpipe.core.provenance import SHORT_HASH
+from accelpipe.plan import stage_config
 from accelpipe.stages.targets import DEFAULT_CONFIGFILE, load_config
 
 FIELDS = (

@@ -3,7 +3,7 @@
 The config is the one Snakemake would plan with: the Snakefile's `configfile:` (config.yaml
 in the current directory), then each --configfile, then --config, merged by Snakemake's own
 functions, and checked by `config.validate` as the Snakefile checks it. The targets are those
-`accelpipe.targets` accepts (`targets.buildable`), the checks the rules run while planning.
+`accelpipe.plan.targets` accepts (`targets.buildable`), the checks the rules run while planning.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from accelpipe import registry, targets
 from accelpipe.compare.runs import finished_runs
-from accelpipe.config import validate
-from accelpipe.errors import ConfigError
+from accelpipe.config.schema import validate
+from accelpipe.core import registry
+from accelpipe.core.errors import ConfigError
+from accelpipe.plan import targets
 
 # The Snakefile's `configfile:` directive (tests/accelpipe/stages/test_targets_cli.py checks
 # that they agree); Snakemake reads it from the working directory.

@@ -15,10 +15,11 @@ import shutil
 import time
 from pathlib import Path
 
-from accelpipe import provenance, traces
+from accelpipe import traces
+from accelpipe.core import provenance
+from accelpipe.core.errors import AccelpipeError
+from accelpipe.core.io import atomic_path
 from accelpipe.engines import ENGINES, MEMORY_SNAPSHOT, PROFILER_TABLES
-from accelpipe.errors import AccelpipeError
-from accelpipe.io import atomic_path
 from accelpipe.traces.summary import XPLANE_SUFFIX
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".zip")

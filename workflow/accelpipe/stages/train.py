@@ -14,15 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from accelpipe import engines, provenance, registry, workloads
-from accelpipe.config import load_slice
+from accelpipe import engines, workloads
+from accelpipe.config.runtime import with_eval_settings
+from accelpipe.config.schema import load_slice
+from accelpipe.config.settings import TrainSettings, common_train
+from accelpipe.core import provenance, registry
+from accelpipe.core.errors import AccelpipeError, ConfigError
+from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import host
 from accelpipe.engines import attempts
-from accelpipe.errors import AccelpipeError, ConfigError
-from accelpipe.io import read_json, write_json
 from accelpipe.launch import lifeline, workers
-from accelpipe.runtime import with_eval_settings
-from accelpipe.settings import TrainSettings, common_train
 
 
 def resume_dir(out: Path, args: argparse.Namespace) -> Path:

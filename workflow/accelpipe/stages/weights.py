@@ -7,11 +7,12 @@ import logging
 import time
 from pathlib import Path
 
-from accelpipe import provenance, weights
-from accelpipe.config import load_slice
+from accelpipe import weights
+from accelpipe.config.schema import load_slice
+from accelpipe.core import provenance
+from accelpipe.core.io import atomic_path
 from accelpipe.datasets.download import configured_watch, exclusive
 from accelpipe.datasets.sources import MADE_FROM, config_key, made_from
-from accelpipe.io import atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -11,15 +11,15 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from accelpipe.errors import DataError
-from accelpipe.io import atomic_path, write_text
+from accelpipe.core.errors import DataError
+from accelpipe.core.io import atomic_path, write_text
+from accelpipe.core.xspace import xspace_to_trace_json
 from accelpipe.traces import formats, locate, reader
 from accelpipe.traces.collect import FileEvents
 from accelpipe.traces.markdown import render_markdown
 from accelpipe.traces.plot import plot_step_breakdown
 from accelpipe.traces.problems import Malformed, Unsupported
 from accelpipe.traces.stats import Totals
-from accelpipe.xspace import xspace_to_trace_json
 
 XPLANE_SUFFIX = ".xplane.pb"  # TF's profiler output: plugins/profile/<run>/<host>.xplane.pb
 
@@ -136,7 +136,7 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
 
 
 def _converted(path: Path) -> bytes:
-    """An XSpace as trace viewer JSON, by the one xprof conversion (accelpipe.xspace)."""
+    """An XSpace as trace viewer JSON, by the one xprof conversion (accelpipe.core.xspace)."""
     if not path.is_file():
         raise FileNotFoundError(path)
     try:

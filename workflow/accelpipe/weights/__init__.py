@@ -1,7 +1,7 @@
 """The weights stage: starting weights fetched, checked and converted once into what a model
 loads (`<data_root>/weights/<name>/weights.npz`, models.pretrained_npz), cached like the data.
 
-`make(cfg, out, downloads)` takes the slice accelpipe.pretrained.weights_slice builds:
+`make(cfg, out, downloads)` takes the slice accelpipe.plan.pretrained.weights_slice builds:
 
 - `family`: `resnet34` (ssd's backbone: a TF checkpoint, the reference's TF1 naming or our own)
   or `vit` (segmenter's encoder: an npz in the original ViT / AugReg layout), plus `encoder`;
@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from accelpipe.errors import ConfigError
+from accelpipe.core.errors import ConfigError
 from accelpipe.models.pretrained_npz import WEIGHTS_FILE
 from accelpipe.weights import convert, sources
 

@@ -7,9 +7,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.redact import redact
 from accelpipe.datasets.download import download, file_digest
-from accelpipe.errors import ConfigError, DataError
-from accelpipe.redact import redact
 
 PATH = "path:"
 # A TF checkpoint's files beside its prefix: the index, and its one data shard.

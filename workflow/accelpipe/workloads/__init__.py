@@ -1,7 +1,7 @@
 """Workloads: each wires a dataset, a model, a loss and a metric to an engine.
 
 A workload module is a `Workload`: `train(...)` and `evaluate(...)`; which dataset and
-prepared variant it reads, and its framework, are in accelpipe.registry.
+prepared variant it reads, and its framework, are in accelpipe.core.registry.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import importlib
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
-from accelpipe import registry
-from accelpipe.errors import ConfigError
+from accelpipe.core import registry
+from accelpipe.core.errors import ConfigError
 
 
 @runtime_checkable
 class Workload(Protocol):
     """What the train and evaluate stages call on a workload's module. Both get the stage's
-    validated config slice (accelpipe.stage_config), which the workload reads through its
-    typed views (accelpipe.settings)."""
+    validated config slice (accelpipe.plan.stage_config), which the workload reads through its
+    typed views (accelpipe.config.settings)."""
 
     def train(
         self,
@@ -31,7 +31,7 @@ class Workload(Protocol):
         """Train `run` on the prepared data into `work_dir`; the run's facts on the process
         that writes them, None on the others. `weights`: the weights stage's folder the model
         starts from, given only where the run names a pretrained source (workloads of
-        accelpipe.pretrained.FAMILIES; the others never get it)."""
+        accelpipe.plan.pretrained.FAMILIES; the others never get it)."""
         ...
 
     def evaluate(
@@ -50,6 +50,6 @@ def get(name: str) -> Workload:
 
 def no_starting_weights(workload: str, weights: Path | None) -> None:
     """A workload that always starts from random init refuses a weights folder (the rules
-    never pass one: accelpipe.pretrained.FAMILIES has no entry for it)."""
+    never pass one: accelpipe.plan.pretrained.FAMILIES has no entry for it)."""
     if weights is not None:
         raise ConfigError(f"{workload} starts from random init: it takes no --weights ({weights})")

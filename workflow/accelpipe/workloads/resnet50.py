@@ -18,15 +18,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from accelpipe.config.settings import ResNet50Evaluate, ResNet50Model, ResNet50Train, view
+from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device
 from accelpipe.engines.evaluations import in_training_eval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs.imagefolder import EvalTransform, IndexedImages, TrainTransform, make_loader
-from accelpipe.io import read_json, write_json
 from accelpipe.launch import torch_launch
-from accelpipe.metrics import topk_correct
+from accelpipe.models.metrics import topk_correct
 from accelpipe.models.resnet50 import ResNet
-from accelpipe.settings import ResNet50Evaluate, ResNet50Model, ResNet50Train, view
 from accelpipe.workloads import no_starting_weights
 
 TOPK = (1, 5)

@@ -25,22 +25,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from accelpipe.config.settings import SegmenterEvaluate, SegmenterModel, SegmenterTrain, view
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import read_json, write_json
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.datasets.ade20k_layout import CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.ade20k_input import eval_dataset, normalise, train_dataset
 from accelpipe.inputs.tf_data_checks import checked
-from accelpipe.io import read_json, write_json
-from accelpipe.keras2 import keras, tf
 from accelpipe.launch.tf_launch import InputShard
-from accelpipe.metrics import SegmentationCounts
 from accelpipe.models import segmenter, vit_npz
+from accelpipe.models.metrics import SegmentationCounts
 from accelpipe.models.segmentation_loss import segmentation_loss
 from accelpipe.models.ssd_loss import l2_loss
-from accelpipe.settings import SegmenterEvaluate, SegmenterModel, SegmenterTrain, view
 
 log = logging.getLogger(__name__)
 # architecture facts the train stage records and evaluation rebuilds the model from

@@ -20,21 +20,21 @@ from typing import Any
 
 import numpy as np
 
+from accelpipe.config.settings import SSDEvaluate, SSDModel, SSDTrain, view
+from accelpipe.core.errors import ConfigError, DataError
+from accelpipe.core.io import read_json, write_json
+from accelpipe.core.keras2 import keras, tf
 from accelpipe.devices.tf_device import TFDevice
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.tf_trainer import TFTrainJob
-from accelpipe.errors import ConfigError, DataError
 from accelpipe.inputs.coco_input import eval_dataset, train_dataset
 from accelpipe.inputs.tf_data_checks import checked
-from accelpipe.io import read_json, write_json
-from accelpipe.keras2 import keras, tf
 from accelpipe.launch.tf_launch import InputShard
 from accelpipe.models import ssd_resnet34
 from accelpipe.models.ssd_boxes import default_boxes
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss
 from accelpipe.models.ssd_postprocess import decode_detections
-from accelpipe.settings import SSDEvaluate, SSDModel, SSDTrain, view
 
 log = logging.getLogger(__name__)
 _COCO_STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl")

@@ -20,15 +20,15 @@ import torch
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
+from accelpipe.config.settings import SwinUNETREvaluate, SwinUNETRTrain, view
+from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device, workload_auto
 from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
 from accelpipe.inputs import volumes
-from accelpipe.io import read_json, write_json
 from accelpipe.launch import torch_launch
-from accelpipe.metrics import dice_per_class
+from accelpipe.models.metrics import dice_per_class
 from accelpipe.models.swinunetr import build_model
-from accelpipe.settings import SwinUNETREvaluate, SwinUNETRTrain, view
 from accelpipe.workloads import no_starting_weights
 
 # What "auto" means for this workload (its registry entry: fp16 on rocm), handed to the engine.

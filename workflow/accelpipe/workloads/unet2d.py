@@ -21,18 +21,18 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from accelpipe.config import split_fold
+from accelpipe.config.schema import split_fold
+from accelpipe.config.settings import UNet2DEvaluate, UNet2DModel, UNet2DTrain, view
+from accelpipe.core.errors import ConfigError
+from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device
 from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
-from accelpipe.errors import ConfigError
 from accelpipe.inputs.slices import SliceBatches
-from accelpipe.io import read_json, write_json
 from accelpipe.launch import torch_launch
-from accelpipe.losses import DeepSupervisionLoss, DiceCELoss
-from accelpipe.metrics import dice_per_class
 from accelpipe.models.dynunet2d import DynUNet2D
-from accelpipe.settings import UNet2DEvaluate, UNet2DModel, UNet2DTrain, view
+from accelpipe.models.losses import DeepSupervisionLoss, DiceCELoss
+from accelpipe.models.metrics import dice_per_class
 from accelpipe.workloads import no_starting_weights
 
 

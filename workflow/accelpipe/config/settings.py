@@ -1,0 +1,299 @@
+"""Typed views of validated config blocks: one frozen dataclass per block, built by `view`.
+
+The schema (schemas/config.schema.yaml) is the only source of keys and defaults. These
+classes declare no defaults: `view` builds one from a slice the schema has filled (Snakemake
+validates the config, the CLI each stage's slice) and refuses a missing or unknown key, and
+tests/accelpipe/config/test_settings.py checks every class against its schema node. A field a
+workload does not offer (`field(init=False)`) is fixed in code and says why, never read from
+the config.
+
+The engines read `TrainSettings` (the keys every workload's train block has) and their own
+part of it (`TorchTrain`, `TFTrain`); each workload trains with its own class, which adds the
+keys only it has (`UNet2DTrain.oversampling`, `SegmenterTrain.scale_range`, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+from accelpipe.core import registry
+from accelpipe.core.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def view(cls: type[T], data: Mapping[str, Any], *, where: str = "config") -> T:
+    """`cls` (a frozen dataclass) built from the validated block `data`: nested dataclasses
+    built the same way, lists as tuples; a key `cls` lacks, or one it needs and `data` lacks,
+    is a ConfigError naming it (`where`: the block's config path)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config key '{where}' must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"config key '{where}.{unknown[0]}': not a key of {cls.__name__}")
+    missing = sorted(set(fields) - set(data))
+    if missing:
+        raise ConfigError(
+            f"config key '{where}.{missing[0]}' is missing (the schema gives every key a "
+            f"default: validate the config before viewing it)"
+        )
+    values = {name: _value(hints[name], data[name], f"{where}.{name}") for name in fields}
+    return cls(**values)
+
+
+def _value(hint: Any, value: Any, where: str) -> Any:
+    nested = _dataclass_in(hint)
+    if nested is not None and isinstance(value, Mapping):
+        return view(nested, value, where=where)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _dataclass_in(hint: Any) -> type | None:
+    """The dataclass a field's type names (alone or in `X | None`), if any."""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        found = [_dataclass_in(arg) for arg in typing.get_args(hint)]
+        return next((cls for cls in found if cls is not None), None)
+    return hint if dataclasses.is_dataclass(hint) and isinstance(hint, type) else None
+
+
+# ---------------------------------------------------------------------------- profile
+
+
+@dataclass(frozen=True)
+class ProfileSchedule:
+    wait: int
+    warmup: int
+    active: int
+    repeat: int
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    enabled: bool
+    schedule: ProfileSchedule
+
+
+# Off, for the processes that do not write the run's files (a TF worker that is not the chief).
+PROFILE_OFF = ProfileSettings(False, ProfileSchedule(wait=0, warmup=0, active=0, repeat=0))
+
+
+# ------------------------------------------------------------------------------ train
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The keys every workload's train block has: what the stages, launchers and both engines
+    read."""
+
+    epochs: int
+    steps_per_epoch: int | None
+    batch_size: int
+    lr: float
+    weight_decay: float
+    precision: str
+    seed: int
+    log_every: int
+    devices: int
+    nodes: int
+    eval_every: int  # epochs; 0: no evaluation inside training (engines.evaluations)
+    stop_at_target: bool
+
+
+@dataclass(frozen=True)
+class TorchTrain(TrainSettings):
+    """What the PyTorch engine reads besides: DataLoader workers, graph mode, memory layout,
+    the optimizer (accelpipe.models.optim) and its learning-rate schedule."""
+
+    loader_workers: int
+    compile: bool
+    channels_last: bool
+    optimizer: str
+    momentum: float
+    scheduler: str
+    warmup_epochs: float
+    poly_power: float
+
+
+@dataclass(frozen=True)
+class TFTrain(TrainSettings):
+    """What the TensorFlow engine reads besides: XLA and op determinism."""
+
+    compile: bool
+    deterministic: bool
+
+
+@dataclass(frozen=True)
+class UNet2DTrain(TorchTrain):
+    oversampling: float
+    augment: bool
+    # Not options of unet2d's schema: the reference's recipe is eager AdamW with no warmup
+    # (its schedules are constant or cosine, so no poly exponent applies).
+    compile: bool = field(default=False, init=False)
+    optimizer: str = field(default="adamw", init=False)
+    momentum: float = field(default=0.0, init=False)
+    warmup_epochs: float = field(default=0.0, init=False)
+    poly_power: float = field(default=1.0, init=False)
+
+
+@dataclass(frozen=True)
+class SwinUNETRTrain(TorchTrain):
+    num_samples: int
+    cache_rate: float
+    augment: bool
+    # Not options of swinunetr's schema: the BTCV recipe is eager AdamW; torch has no
+    # channels-last layout for its 3-D convolutions.
+    compile: bool = field(default=False, init=False)
+    channels_last: bool = field(default=False, init=False)
+    optimizer: str = field(default="adamw", init=False)
+    momentum: float = field(default=0.0, init=False)
+
+
+@dataclass(frozen=True)
+class ResNet50Train(TorchTrain):
+    label_smoothing: float
+
+
+@dataclass(frozen=True)
+class SSDTrain(TFTrain):
+    momentum: float
+    warmup_epochs: float
+
+
+@dataclass(frozen=True)
+class SegmenterTrain(TFTrain):
+    momentum: float
+    nesterov: bool
+    poly_power: float
+    min_lr: float
+    scale_range: tuple[float, float]
+
+
+# ------------------------------------------------------------------------------ model
+
+
+@dataclass(frozen=True)
+class UNet2DModel:
+    filters: tuple[int, ...]
+    strides: tuple[int, ...]
+    deep_supervision: bool
+    deep_supr_num: int
+
+
+@dataclass(frozen=True)
+class SwinUNETRModel:
+    roi: tuple[int, int, int]
+    feature_size: int
+    depths: tuple[int, ...]
+    num_heads: tuple[int, ...]
+    window_size: int
+    use_checkpoint: bool
+
+
+@dataclass(frozen=True)
+class ResNet50Model:
+    width: int
+    layers: tuple[int, int, int, int]
+    image_size: int
+
+
+@dataclass(frozen=True)
+class SSDModel:
+    width: int
+    pretrained: str  # mlperf | none | path:<...> (accelpipe.plan.pretrained)
+    cosine_begin: float
+    cosine_end: float
+
+
+@dataclass(frozen=True)
+class SegmenterModel:
+    encoder: str
+    decoder: str
+    image_size: int
+    pretrained: str  # augreg | none | path:<npz> (accelpipe.plan.pretrained)
+    drop_path: float
+    dropout: float
+    decoder_dropout: float
+
+
+MODEL_VIEWS: dict[str, type] = {
+    "unet2d": UNet2DModel,
+    "swinunetr": SwinUNETRModel,
+    "resnet50": ResNet50Model,
+    "ssd": SSDModel,
+    "segmenter": SegmenterModel,
+}
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+@dataclass(frozen=True)
+class UNet2DEvaluate:
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class SwinUNETREvaluate:
+    sw_batch_size: int
+    overlap: float
+    mode: str
+    threshold: float
+
+
+@dataclass(frozen=True)
+class ResNet50Evaluate:
+    batch_size: int
+    loader_workers: int
+
+
+@dataclass(frozen=True)
+class SSDEvaluate:
+    batch_size: int
+    score_threshold: float
+    nms_iou: float
+    max_detections: int
+
+
+@dataclass(frozen=True)
+class SegmenterEvaluate:
+    short_side: int
+    stride: int | None
+    batch_size: int
+    prediction_images: int
+
+
+EVALUATE_VIEWS: dict[str, type] = {
+    "unet2d": UNet2DEvaluate,
+    "swinunetr": SwinUNETREvaluate,
+    "resnet50": ResNet50Evaluate,
+    "ssd": SSDEvaluate,
+    "segmenter": SegmenterEvaluate,
+}
+
+
+TRAIN_VIEWS: dict[str, type[TrainSettings]] = {
+    "unet2d": UNet2DTrain,
+    "swinunetr": SwinUNETRTrain,
+    "resnet50": ResNet50Train,
+    "ssd": SSDTrain,
+    "segmenter": SegmenterTrain,
+}
+
+
+def train_view(workload: str, data: Mapping[str, Any]) -> TrainSettings:
+    """The workload's train block as its own class (an unknown workload is refused)."""
+    name = registry.workload(workload).name
+    return view(TRAIN_VIEWS[name], data, where=f"{name}.train")
+
+
+def common_train(data: Mapping[str, Any], where: str = "train") -> TrainSettings:
+    """The keys every train block has, from any workload's (the launch reads only these)."""
+    names = {f.name for f in dataclasses.fields(TrainSettings)}
+    return view(TrainSettings, {k: v for k, v in data.items() if k in names}, where=where)

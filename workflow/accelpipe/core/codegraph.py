@@ -1,0 +1,192 @@
+"""The package modules a stage executes, read from the package's own import graph.
+
+The rules key each stage on these files' code (`code_key`: their ASTs without docstrings,
+so a comment or a docstring changes nothing), so editing what a module executes re-runs
+exactly the stages that import it. The graph is read statically (no module is imported): every
+`import` and `from ... import` anywhere in a module counts, inside functions too (lazy
+imports run when the stage needs them), except those under `if TYPE_CHECKING:`, which
+never run. A package's `__init__.py` counts wherever one of its modules is imported,
+since Python runs it first.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from collections.abc import Iterable, Iterator
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import TypeGuard
+
+PACKAGE = "accelpipe"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def module_file(name: str, package_dir: Path = PACKAGE_DIR) -> Path | None:
+    """`accelpipe.a.b` -> <package_dir>/a/b.py or a/b/__init__.py; None if not a module."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = package_dir.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_name(path: Path, package_dir: Path) -> str:
+    rel = path.relative_to(package_dir).with_suffix("")
+    parts = [PACKAGE, *rel.parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.AST) -> TypeGuard[ast.If]:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    for child in ast.iter_child_nodes(node):
+        if _is_type_checking(child):  # only its `else:` runs
+            for branch in child.orelse:
+                yield from _import_nodes(ast.Module(body=[branch], type_ignores=[]))
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield child
+        yield from _import_nodes(child)
+
+
+def _absolute(node: ast.ImportFrom, current: str, is_package: bool) -> str:
+    """The module a `from X import ...` names, with relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    parts = current.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imported_names(path: Path, package_dir: Path = PACKAGE_DIR) -> set[str]:
+    """Every module name `path` imports (inside the package or not)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    current = _module_name(path, package_dir)
+    names: set[str] = set()
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+            continue
+        source = _absolute(node, current, path.name == "__init__.py")
+        names.add(source)
+        # `from pkg import sub` imports the submodule `pkg.sub` when there is one
+        names.update(f"{source}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _module_imports(path: Path, package_dir: Path) -> set[str]:
+    """The package modules `path` imports, each named once: `from pkg import sub` is an
+    import of the module `pkg.sub`, and of `pkg` itself only for a name that is no module."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    current = _module_name(path, package_dir)
+    found: set[str] = set()
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        source = _absolute(node, current, path.name == "__init__.py")
+        for alias in node.names:
+            sub = f"{source}.{alias.name}"
+            found.add(sub if module_file(sub, package_dir) is not None else source)
+    return {name for name in found if module_file(name, package_dir) is not None} - {current}
+
+
+def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
+    """Every module of the package -> the package modules it imports (at module level or in
+    a function; not under `if TYPE_CHECKING:`), read as `stage_code` reads them.
+
+    Python runs a package's `__init__` before any module in it, so `stage_code` counts the
+    parents of every import; this graph leaves those implicit: a module that imports its
+    sibling through its package (`from pkg import sibling`) has an edge to the sibling, not to
+    the package, and so no cycle through it.
+    """
+    return {
+        _module_name(path, package_dir): _module_imports(path, package_dir)
+        for path in sorted(package_dir.rglob("*.py"))
+    }
+
+
+def _with_parents(name: str) -> list[str]:
+    """Importing `a.b.c` runs `a`, `a.b` and `a.b.c`."""
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+@cache
+def _direct_imports(path: Path, package_dir: Path) -> tuple[Path, ...]:
+    found: set[Path] = set()
+    for name in imported_names(path, package_dir):
+        for module in _with_parents(name):
+            file = module_file(module, package_dir)
+            if file is not None:
+                found.add(file)
+    return tuple(sorted(found))
+
+
+def stage_code(entries: Iterable[str], package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """The files of `entries` (module names) and of everything they import in the package."""
+    todo: list[Path] = []
+    for entry in entries:
+        for module in _with_parents(entry):
+            file = module_file(module, package_dir)
+            if file is None:
+                raise ValueError(f"{module}: no such module in {package_dir}")
+            todo.append(file)
+    seen: set[Path] = set()
+    while todo:
+        file = todo.pop()
+        if file not in seen:
+            seen.add(file)
+            todo.extend(_direct_imports(file, package_dir))
+    return sorted(seen)
+
+
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    """`tree` with the docstring of the module and of every class and function dropped."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        first = node.body[0] if node.body else None
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
+            node.body = node.body[1:]
+    return tree
+
+
+@lru_cache(maxsize=4096)
+def _executed_digest(path: Path, mtime_ns: int, size: int) -> str:
+    """sha256 of what `path` executes: its AST without docstrings, positions left out (the
+    stat values only key the cache, so an edited file is read again)."""
+    tree = _without_docstrings(ast.parse(path.read_bytes(), filename=str(path)))
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+
+
+def executed_digest(path: Path) -> str:
+    stat = path.stat()
+    return _executed_digest(path, stat.st_mtime_ns, stat.st_size)
+
+
+def code_key(files: Iterable[Path], package_dir: Path = PACKAGE_DIR) -> str:
+    """One short key over what `files` execute, with how many they are: the rules' params
+    (Snakemake's rerun trigger), short enough to read in a job's printout."""
+    digest = hashlib.sha256()
+    count = 0
+    for path in sorted(files):
+        rel = path.resolve().relative_to(package_dir.resolve())
+        digest.update(f"{rel}\0{executed_digest(path)}\0".encode())
+        count += 1
+    return f"{count} modules, ast-sha256 {digest.hexdigest()[:16]}"
