@@ -7,6 +7,7 @@ layers.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -239,3 +240,61 @@ def test_the_top_level_holds_only_the_entry_points_beside_the_layer_folders() ->
     folders = {p.name for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").is_file()}
     assert modules == {"__init__", "__main__", "cli"}
     assert folders <= set(LAYERS)
+
+
+DEVELOPMENT = PACKAGE_DIR.parents[1] / "docs" / "development.md"
+# a name with its suffixed siblings, `brats (+ _layout, _synthetic)`: brats_layout, brats_synthetic
+_SIBLINGS = re.compile(r"(\w+) \(\+ ([^)]*)\)")
+# file names and placeholders are no module names: train_log.csv, <name>_layout, `power`
+_NOT_MODULES = re.compile(r"\S+\.(?:csv|json|yaml|png|md)\b|<\w+>\w*|`[^`]*`|__init__")
+
+
+def layout_entries(text: str) -> dict[str, str]:
+    """docs/development.md's layout of the package: each folder's entry (`""` the package's
+    own), a folder's entry running from its `  <folder>/` line to the next one."""
+    block = text.split("## Layout", 1)[1].split("```")[1]
+    entries: dict[str, str] = {}
+    current: str | None = None
+    for line in block.splitlines():
+        if line.startswith("workflow/accelpipe/"):
+            current = ""
+        elif line and not line.startswith(" "):
+            current = None
+        elif re.match(r"  \w+/ ", line):
+            current = line.split()[0].removesuffix("/")
+            line = line.split(maxsplit=1)[1]
+        if current is not None:
+            entries[current] = entries.get(current, "") + " " + line
+    return entries
+
+
+def layout_names(entry: str) -> set[str]:
+    """The module names an entry gives, siblings written out."""
+    entry = _SIBLINGS.sub(
+        lambda m: " ".join([m[1], *(m[1] + s.strip() for s in m[2].split(","))]), entry
+    )
+    return set(re.findall(r"[a-z_][a-z0-9_]*", _NOT_MODULES.sub(" ", entry)))
+
+
+def test_layout_entries_read_a_folder_and_its_siblings() -> None:
+    text = "## Layout\n\n```\nworkflow/accelpipe/   cli\n  data/   a (+ _b, _c), d\nx/ y\n```\n"
+    entries = layout_entries(text)
+    assert set(entries) == {"", "data"}
+    assert {"a", "a_b", "a_c", "d"} <= layout_names(entries["data"])
+
+
+def test_the_development_layout_names_every_module_and_no_other() -> None:
+    """docs/development.md's layout is the package's tree: every folder and module in it, and
+    no name of a module or folder that is not there (a name with an underscore is a module's)."""
+    entries = layout_entries(DEVELOPMENT.read_text())
+    folders = {p.name: p for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").is_file()}
+    assert set(entries) - {""} == set(folders)
+    problems = []
+    for name, entry in entries.items():
+        folder = folders.get(name, PACKAGE_DIR)
+        modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+        named = layout_names(entry)
+        problems += [f"{name or 'accelpipe'}/: {m} is missing" for m in sorted(modules - named)]
+        unknown = {n for n in named - modules if "_" in n.strip("_")}
+        problems += [f"{name or 'accelpipe'}/: no module {n}" for n in sorted(unknown)]
+    assert problems == []
