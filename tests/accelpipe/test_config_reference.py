@@ -13,6 +13,7 @@ import pytest
 
 from accelpipe.config import schema_docs
 from accelpipe.config.schema import validate
+from tests.helpers.schema_checks import undescribed
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "configuration.md"
@@ -42,7 +43,7 @@ def test_the_checked_in_page_is_what_the_schema_gives() -> None:
 
 
 def test_every_key_of_the_schema_has_a_description() -> None:
-    missing = schema_docs.undescribed(schema_docs.load_schema())
+    missing = undescribed(schema_docs.load_schema())
     assert not missing, (
         f"keys without a description in {schema_docs.SCHEMA_NAME} (add one: it is their "
         f"documentation in docs/configuration.md): {', '.join(missing)}"
@@ -196,7 +197,7 @@ def test_keys_without_a_description_are_named() -> None:
             "m": {"type": "object", "description": "m", "additionalProperties": {"type": "array"}},
         },
     }
-    assert schema_docs.undescribed(schema) == ["a.b", "c", "m.<name>", "#/definitions/d.k"]
+    assert undescribed(schema) == ["a.b", "c", "m.<name>", "#/definitions/d.k"]
 
 
 def test_check_mode_says_when_the_page_is_stale(tmp_path: Path, capsys) -> None:

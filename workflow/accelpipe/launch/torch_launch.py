@@ -11,7 +11,7 @@ torch is imported only where a process group is used, so the launching process s
 
 Typical use in a workload::
 
-    device = devices.resolve(backend, index=torch_launch.local_rank())
+    device = torch_device.resolve(backend, index=torch_launch.local_rank())
     ctx = torch_launch.init_from_env(device)
     try:
         ...  # Trainer(..., dist=ctx); only ctx.is_main writes files
@@ -120,7 +120,8 @@ class DistContext:
 def init_from_env(device: Device) -> DistContext:
     """Join the process group torchrun describes in the environment, on `device`.
 
-    `device` should already be this rank's own one (`devices.resolve(..., index=local_rank())`).
+    `device` should already be this rank's own one
+    (`torch_device.resolve(..., index=local_rank())`).
     """
     world = _env_int("WORLD_SIZE", 1)
     if world == 1:
