@@ -25,7 +25,7 @@ LOCAL: dict[str, Any] = {"runtime": "local", "backend": "cpu"}
 
 def read_runtime(framework: str | None) -> dict[str, Any]:
     """The settings for `framework`'s stages from ACCELPIPE_RUNTIME (unset, or no framework:
-    run here, on the cpu), checked against config.runtime_schema; a bad value is one error
+    run here, on the cpu), checked against config.schema.runtime_schema; a bad value is one error
     naming the variable and the key."""
     text = os.environ.get(RUNTIME_ENV, "").strip()
     if not text or framework is None:
@@ -53,9 +53,9 @@ def lease_wait_s(runtime: dict[str, Any]) -> float | None:
     return accelerators["wait_s"]["default"]
 
 
-# The evaluate settings a train slice leaves out (config.EVAL_OUTSIDE_TRAIN_KEY), per workload,
-# as JSON: the workflow puts them here, beside ACCELPIPE_RUNTIME, because Snakemake re-runs a
-# job whose params change and these cannot change what training makes.
+# The evaluate settings a train slice leaves out (config.schema.EVAL_OUTSIDE_TRAIN_KEY), per
+# workload, as JSON: the workflow puts them here, beside ACCELPIPE_RUNTIME, because Snakemake
+# re-runs a job whose params change and these cannot change what training makes.
 EVAL_SETTINGS_ENV = "ACCELPIPE_EVAL_SETTINGS"
 
 

@@ -3,7 +3,7 @@ config does not re-run it (a rule's params are Snakemake's rerun trigger).
 
 `rules/common.smk` passes these to the CLI as canonical JSON; tests that drive the stages
 by their CLI without Snakemake (the TensorFlow 2.15 venv) build the same slices here. The
-CLI checks each against its schema (config.slice_schema: the same sections).
+CLI checks each against its schema (config.schema.slice_schema: the same sections).
 Every function takes the validated config (defaults filled in).
 """
 

@@ -2,7 +2,7 @@
 
 The config is the one Snakemake would plan with: the Snakefile's `configfile:` (config.yaml
 in the current directory), then each --configfile, then --config, merged by Snakemake's own
-functions, and checked by `config.validate` as the Snakefile checks it. The targets are those
+functions, and checked by `config.schema.validate` as the Snakefile checks it. The targets are those
 `accelpipe.plan.targets` accepts (`targets.buildable`), the checks the rules run while planning.
 """
 
