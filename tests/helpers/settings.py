@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from accelpipe.config.schema import validate
@@ -14,6 +15,9 @@ from accelpipe.config.settings import (
     ProfileSettings,
     ResNet50Train,
     SSDTrain,
+    TrainSettings,
+    TrainSlice,
+    train_slice,
     view,
 )
 from accelpipe.plan import stage_config
@@ -69,7 +73,7 @@ def tf_run(cfg: dict[str, Any], work_dir: Path, make_job: Callable[..., Any]) ->
 
     train = tf_train(**cfg["train"])
     block = _profile_block("ssd", cfg.get("profile", {}))
-    return run_training({**cfg, "profile": block}, train, work_dir, make_job)
+    return run_training(hand_made_slice("ssd", cfg, train, block), train, work_dir, make_job)
 
 
 def torch_run(cfg: dict[str, Any], work_dir: Path, make_job: Callable[..., Any]) -> Any:
@@ -78,14 +82,29 @@ def torch_run(cfg: dict[str, Any], work_dir: Path, make_job: Callable[..., Any])
 
     train = torch_train(**cfg["train"])
     block = _profile_block("resnet50", cfg.get("profile", {}))
-    return run_training({**cfg, "profile": block}, train, work_dir, make_job)
+    return run_training(hand_made_slice("resnet50", cfg, train, block), train, work_dir, make_job)
 
 
-def train_job_slice(config: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
+def hand_made_slice(
+    workload: str, cfg: dict[str, Any], train: TrainSettings, profile_block: dict[str, Any]
+) -> TrainSlice:
+    """A hand-made slice as the train stage hands it down (`TrainSlice`), with the test's
+    own train settings (those of a workload offering every key the engine reads)."""
+    sections = {**cfg, "profile": profile_block}
+    profile = view(ProfileSettings, profile_block, where=f"{workload}.profile")
+    return TrainSlice(workload, cfg["backend"], train, profile, MappingProxyType(sections))
+
+
+def train_job_slice(
+    config: dict[str, Any], workload: str, run: str, profiling: bool = True
+) -> TrainSlice:
     """A run's train slice as its job sees it: stage_config.train plus the evaluate settings
-    the workflow hands the job outside its key ($ACCELPIPE_EVAL_SETTINGS, runtime.py), for
-    tests that call a workload's `train` without the train stage."""
+    the workflow hands the job outside its key ($ACCELPIPE_EVAL_SETTINGS, runtime.py), read
+    once as the train stage reads it, for tests that call a workload's `train` without the
+    train stage; `profiling` False turns the profiler off."""
     cfg = stage_config.train(config, workload, run)
     if "evaluate" in cfg:
         cfg["evaluate"] = cfg["evaluate"] | stage_config.eval_settings(config)[workload]
-    return cfg
+    if not profiling:
+        cfg["profile"] = cfg["profile"] | {"enabled": False}
+    return train_slice(workload, cfg)

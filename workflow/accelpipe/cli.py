@@ -253,8 +253,10 @@ def stage_argv(argv: list[str]) -> list[str]:
 def check_config_json(args: argparse.Namespace) -> None:
     """Check the stage's --config-json against its slice schema (config.slice_schema) before
     anything runs or is leased: a missing, unknown or invalid key is one error naming it.
-    The stage then reads the checked slice, its defaults filled in (a rule's slice already
-    has them all, so it reads what the rule passed)."""
+    The one parse of the slice in this process: the stage reads the checked slice, its
+    defaults filled in, as `args.config` (config.stage_slice); `args.config_json` is
+    re-serialised for the processes a stage launches (a rule's slice already has every
+    default, so both are what the rule passed)."""
     if getattr(args, "config_json", None) is None:
         return
     node = slice_schema(
@@ -266,13 +268,14 @@ def check_config_json(args: argparse.Namespace) -> None:
     value = load_slice(args.config_json)
     if node is not None:
         value = validate_slice(value, node, args.stage)
+    args.config = value
     args.config_json = json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     """Lease accelerators, then run the stage here or in its container."""
     runtime = read_runtime(args.framework)
-    backend = runtime.get("backend", "cpu")
+    backend = stage_backend(args, runtime)
     if args.stage == "doctor":
         # The doctor looks at every device of the pool, busy ones included: it leases none and
         # hides none (a lease's visibility variable would); its container gets the whole pool.
@@ -291,6 +294,18 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
         if devices:
             log.info("leased %s devices %s", backend, ",".join(devices))
         return _run(args, argv, runtime, backend, devices, True)
+
+
+def stage_backend(args: argparse.Namespace, runtime: dict) -> str:
+    """The device family a stage leases and runs on, from one source: its slice's `backend`
+    (the config as Snakemake validated it) where the slice has one, as the stage itself
+    reads it; else (stages whose results do not depend on the device) $ACCELPIPE_RUNTIME's,
+    else cpu."""
+    config = getattr(args, "config", None)
+    if isinstance(config, dict) and "backend" in config:
+        backend: str = config["backend"]
+        return backend
+    return runtime.get("backend", "cpu")
 
 
 def job_name(args: argparse.Namespace) -> str:
@@ -353,18 +368,14 @@ def _run(
 
 def _before_log(args: argparse.Namespace) -> str | None:
     """The stage's `before_log(args)` where it has one (train keeps the log of an interrupted
-    attempt), run before setup_logging empties the log; what it did, to log."""
+    attempt), run before setup_logging empties the log, on the checked slice; what it did,
+    to log."""
     if not getattr(args, "log", None) or args.stage not in stages.MODULES:
         return None
     hook = getattr(importlib.import_module(stages.MODULES[args.stage]), "before_log", None)
     if hook is None:
         return None
-    checked = argparse.Namespace(**vars(args))
-    try:
-        check_config_json(checked)  # the stage's slice as it will read it
-    except AccelpipeError:
-        return None  # reported once the log is open
-    result: str | None = hook(checked)
+    result: str | None = hook(args)
     return result
 
 
@@ -372,12 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     capture_stderr = argv is None  # the console command, not a test calling main()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    kept = _before_log(args)
+    try:  # before the log opens, for the stage's `before_log`; a bad slice is logged below
+        check_config_json(args)
+        bad_slice = None
+    except AccelpipeError as err:
+        bad_slice = err
+    kept = None if bad_slice else _before_log(args)
     setup_logging(args.log, capture_stderr)
     if kept:
         log.info("%s", kept)
     try:
-        check_config_json(args)
+        if bad_slice:
+            raise bad_slice
         return run_stage(args, argv)
     except AccelpipeError as err:
         log.error("accelpipe %s: %s", args.stage, err)

@@ -17,7 +17,7 @@ from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.engines import run_sequence
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.run_sequence import EngineRun, Place, Trainer
-from tests.helpers.settings import _profile_block, tf_train
+from tests.helpers.settings import _profile_block, hand_made_slice, tf_train
 
 
 class _Failed(Exception):
@@ -121,8 +121,11 @@ def meter(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _run(engine: _Engine, work_dir: Path, batch_size: int = 8) -> dict[str, Any] | None:
-    cfg = {"backend": "cpu", "profile": _profile_block("ssd", {"enabled": False})}
-    return run_sequence.run(engine, cfg, tf_train(batch_size=batch_size), work_dir)
+    train = tf_train(batch_size=batch_size)
+    cfg = hand_made_slice(
+        "ssd", {"backend": "cpu"}, train, _profile_block("ssd", {"enabled": False})
+    )
+    return run_sequence.run(engine, cfg, train, work_dir)
 
 
 def test_the_stand_in_engine_and_its_trainer_are_what_the_protocols_describe() -> None:

@@ -54,8 +54,7 @@ epochs, evaluate = int(sys.argv[4]), sys.argv[5] == "evaluate"
 tf_trainer.limit_threads(2)  # as the train stage: the thread pools fixed before any op
 block = TINY_CONFIG[workload]
 config = validate(TINY_CONFIG | {workload: block | {"train": block["train"] | {"epochs": epochs}}})
-cfg = train_job_slice(config, workload, "fp32")
-cfg["profile"] = cfg["profile"] | {"enabled": False}
+cfg = train_job_slice(config, workload, "fp32", profiling=False)
 module = importlib.import_module(f"accelpipe.workloads.{workload}")
 work = out / "train"
 facts = module.train(prepared, "fp32", cfg, work)
@@ -213,8 +212,7 @@ def test_a_truncated_shard_stops_train_and_evaluate_with_one_line_naming_it(
     for shard in (train_shard, val_shard):
         shard.write_bytes(shard.read_bytes()[:100])  # inside its first record
     config = validate(TINY_CONFIG)
-    cfg = train_job_slice(config, "ssd", "fp32")
-    cfg["profile"] = cfg["profile"] | {"enabled": False}
+    cfg = train_job_slice(config, "ssd", "fp32", profiling=False)
     try:
         with pytest.raises(DataError) as err:
             ssd.train(damaged, "fp32", cfg, tmp_path / "work")

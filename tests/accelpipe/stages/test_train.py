@@ -9,12 +9,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from accelpipe import cli
+from accelpipe.config.settings import TrainSlice
 from accelpipe.stages import train
 
 
@@ -159,7 +162,7 @@ def test_the_train_job_gets_the_evaluate_settings_left_out_of_its_key(
 
     class Recorder:
         def train(
-            self, prepared: Path, run: str, cfg: dict, work_dir: Path, weights: Path | None
+            self, prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None
         ) -> None:
             seen.append(cfg)  # as a rank other than 0: nothing to publish
 
@@ -331,3 +334,145 @@ def test_a_fresh_run_links_its_log_and_drops_the_attempt_logs_of_an_older_run(
     assert not stale.exists()
     # Snakemake deletes the log before a rerun: the link in the work dir keeps it
     assert (train.resume_dir(Path(args.out), args) / "attempt1.log").samefile(log)
+
+
+# ------------------------------------------------------- the slice, read once per process
+
+
+def _count_slice_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts, in this process, the parses of a config slice (config.schema.load_slice), its
+    checks against the slice schema (validate_slice) and the typed views of its train and
+    profile blocks, wherever the package imported those functions from."""
+    from accelpipe.config import schema, settings
+
+    counts: Counter[str] = Counter()
+
+    def counting(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if name != "view":
+                counts[name] += 1
+            elif args[0] is settings.ProfileSettings:
+                counts["profile view"] += 1
+            elif issubclass(args[0], settings.TrainSettings):
+                counts["train view"] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    for module, name in ((schema, "load_slice"), (schema, "validate_slice"), (settings, "view")):
+        original = getattr(module, name)
+        wrapper = counting(name, original)
+        for loaded in list(sys.modules.values()):  # where the name was imported already
+            if loaded.__name__.startswith("accelpipe") and getattr(loaded, name, None) is original:
+                monkeypatch.setattr(loaded, name, wrapper)
+    return counts
+
+
+ONCE = {"load_slice": 1, "validate_slice": 1, "train view": 1, "profile view": 1}
+
+
+def test_a_train_process_reads_its_slice_once_down_to_the_engine(
+    prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 item 3: the CLI parses and checks the slice, the stage views it once, and the
+    workload and the engine train from that one value (before: 5 parses, 2 checks, the
+    train block viewed twice and the profile block once more in the engine)."""
+    from accelpipe.config.schema import validate
+    from accelpipe.engines import torch_trainer
+    from accelpipe.plan import stage_config
+
+    config = validate(
+        {
+            "unet2d": {
+                "model": {"filters": [8, 16, 32], "strides": [1, 2, 2], "deep_supr_num": 1},
+                "train": {"epochs": 1, "steps_per_epoch": 1, "batch_size": 2, "eval_every": 0},
+                "profile": {"enabled": False},
+            },
+        }
+    )
+    argv = [
+        *("--log", str(tmp_path / "train.log"), "train", "--workload", "unet2d"),
+        *("--run", "fold0", "--prepared", str(prepared), "--out", str(tmp_path / "train")),
+        *("--config-json", json.dumps(stage_config.train(config, "unet2d", "fold0"))),
+    ]
+    monkeypatch.setattr(torch_trainer, "limit_threads", lambda n: None)
+    counts = _count_slice_reads(monkeypatch)
+    assert cli.main(argv) == 0
+    assert json.loads((tmp_path / "train" / "stage.json").read_text())["steps"] == 1
+    assert counts == ONCE
+
+
+def test_the_launcher_and_each_worker_read_the_slice_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launched worker is a process of its own: it reads the slice the launcher checked,
+    once, as the launcher did; its workload gets the typed value."""
+    from accelpipe import workloads
+    from accelpipe.engines import torch_trainer
+
+    argv = _train_argv(tmp_path, tmp_path, devices=2, batch_size=4)
+    counts = _count_slice_reads(monkeypatch)
+    per_process: list[Counter[str]] = []
+    seen: list[TrainSlice] = []
+
+    class Recorder:
+        def train(
+            self, prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None
+        ) -> None:
+            seen.append(cfg)  # as a rank other than 0: nothing to publish
+
+    def launch(train_cfg: object, stage_argv: list[str], threads: int) -> None:
+        per_process.append(Counter(counts))  # the launcher's
+        counts.clear()
+        with monkeypatch.context() as worker:  # torchrun's variables: "I am a worker"
+            worker.setenv("LOCAL_RANK", "0")
+            worker.setenv("TORCHELASTIC_RUN_ID", "test")
+            assert cli.main(stage_argv) == 0
+        per_process.append(Counter(counts))
+        raise SystemExit(1)  # rank 0 wrote nothing to publish
+
+    monkeypatch.setattr(workloads, "get", lambda name: Recorder())
+    monkeypatch.setattr(torch_trainer, "limit_threads", lambda n: None)
+    monkeypatch.setattr(torch_trainer, "launch_training", launch)
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert per_process == [ONCE, ONCE]
+    (cfg,) = seen
+    assert (cfg.backend, cfg.train.devices, type(cfg.train).__name__) == ("cpu", 2, "UNet2DTrain")
+
+
+def test_the_backend_comes_from_the_slice_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The devices a train stage leases are those of the backend its slice names (the config
+    Snakemake validated), which the engine trains on; ACCELPIPE_RUNTIME's says where stages
+    without one run, never a second answer for this one."""
+    import contextlib
+
+    from accelpipe import workloads
+    from accelpipe.config.runtime import RUNTIME_ENV
+    from accelpipe.core import leases
+    from accelpipe.engines import torch_trainer
+
+    leased_for: list[str] = []
+    trained_on: list[str] = []
+
+    class Recorder:
+        def train(
+            self, prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None
+        ) -> None:
+            trained_on.append(cfg["backend"])  # the slice's, as the engine reads it
+
+    def resolve_pool(backend: str, pool: list[str] | None) -> list[str]:
+        leased_for.append(backend)
+        return ["0"]
+
+    monkeypatch.setattr(leases, "resolve_pool", resolve_pool)
+    monkeypatch.setattr(leases, "lease", lambda *a, **k: contextlib.nullcontext(["0"]))
+    monkeypatch.setattr(workloads, "get", lambda name: Recorder())
+    monkeypatch.setattr(torch_trainer, "limit_threads", lambda n: None)
+    runtime = {"runtime": "local", "backend": "cuda", "pool": None}
+    monkeypatch.setenv(RUNTIME_ENV, json.dumps({"pytorch": runtime}))
+    argv = ["--framework", "pytorch", "--accel", "1", *_train_argv(tmp_path, tmp_path)]
+    assert cli.main(argv) == 0
+    assert leased_for == trained_on == ["cpu"]

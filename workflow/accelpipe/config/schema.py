@@ -8,6 +8,7 @@ and stages read it through the typed views of `accelpipe.config.settings`.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -250,8 +251,18 @@ def run_model(block: dict[str, Any], workload: str, run: str) -> dict[str, Any]:
     return {**block.get("model", {}), **_run_overrides(block, workload, run)["model"]}
 
 
+def stage_slice(args: argparse.Namespace) -> dict[str, Any]:
+    """The stage's config slice as the CLI parsed and checked it, once per process
+    (`args.config`, set by cli.check_config_json); parsed here, once, only where a stage's
+    code is called without the CLI (tests, a script)."""
+    parsed: dict[str, Any] | None = getattr(args, "config", None)
+    if parsed is None:
+        parsed = args.config = load_slice(args.config_json)
+    return parsed
+
+
 def load_slice(text: str) -> dict[str, Any]:
-    """Parse the JSON config slice a rule passes to the CLI."""
+    """Parse the JSON config slice a rule passes to the CLI (`stage_slice`: the parsed one)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:

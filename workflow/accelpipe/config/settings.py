@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
@@ -291,6 +291,55 @@ def train_view(workload: str, data: Mapping[str, Any]) -> TrainSettings:
     """The workload's train block as its own class (an unknown workload is refused)."""
     name = registry.workload(workload).name
     return view(TRAIN_VIEWS[name], data, where=f"{name}.train")
+
+
+TrainT = TypeVar("TrainT", bound=TrainSettings)
+
+
+@dataclass(frozen=True, eq=False)
+class TrainSlice(Mapping[str, Any]):
+    """The train stage's config slice, parsed and checked once per process (by the CLI) and
+    viewed once here: what the stage, its launch, the workload and the engine read. `backend`
+    is the device family the run trains on, from the slice alone (ACCELPIPE_RUNTIME's is only
+    where a stage without a backend in its slice runs); `train` is the workload's own class.
+    The workload's other sections (model, transforms, evaluate, target) stay readable by key,
+    for the workload's own views."""
+
+    workload: str
+    backend: str
+    train: TrainSettings
+    profile: ProfileSettings
+    sections: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.sections[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.sections)
+
+    def __len__(self) -> int:
+        return len(self.sections)
+
+    def train_as(self, cls: type[TrainT]) -> TrainT:
+        """`train`, as the workload's class `cls` it was viewed as (no second view)."""
+        if not isinstance(self.train, cls):
+            raise ConfigError(
+                f"config key '{self.workload}.train' was read as {type(self.train).__name__}, "
+                f"not {cls.__name__}"
+            )
+        return self.train
+
+
+def train_slice(workload: str, data: Mapping[str, Any]) -> TrainSlice:
+    """The validated train slice `data` of `workload`, viewed once (`TrainSlice`)."""
+    name = registry.workload(workload).name
+    return TrainSlice(
+        workload=name,
+        backend=data["backend"],
+        train=train_view(name, data["train"]),
+        profile=view(ProfileSettings, data["profile"], where=f"{name}.profile"),
+        sections=types.MappingProxyType(dict(data)),
+    )
 
 
 def common_train(data: Mapping[str, Any], where: str = "train") -> TrainSettings:

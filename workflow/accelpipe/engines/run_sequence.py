@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from accelpipe.config.settings import ProfileSettings, TrainSettings, view
+from accelpipe.config.settings import ProfileSettings, TrainSettings, TrainSlice
 from accelpipe.devices.host import HostWindow
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.engines.energy import power_facts, power_meter
@@ -124,19 +124,19 @@ class EngineRun(Protocol[TrainT]):
 
 
 def run(
-    engine: EngineRun[TrainT], cfg: dict[str, Any], train: TrainT, work_dir: Path
+    engine: EngineRun[TrainT], cfg: TrainSlice, train: TrainT, work_dir: Path
 ) -> dict[str, Any] | None:
     """Train into `work_dir` (resuming from its checkpoint) by `engine`'s steps: the run facts
-    on the main process, None on the others. `cfg` is the train stage's slice (backend,
-    profile, ...), `train` its train block as the workload's own settings class."""
-    backend = cfg["backend"]
+    on the main process, None on the others. `cfg` is the train stage's slice as this process
+    read it once (backend, profile, ...), `train` its train block as the workload's own
+    settings class (`cfg.train_as`)."""
+    backend = cfg.backend
     with engine.session(backend, train) as place:
         run_log = RunLog(work_dir, writes=place.is_main)  # initialisation starts
         with power_meter(backend, writes_log=place.is_main) as meter:
             check_global_batch(train.batch_size, place.world_size)
             device = engine.prepare(backend, train)
-            profile = view(ProfileSettings, cfg["profile"], where="profile")
-            trainer = engine.trainer(train, profile, work_dir, meter, run_log)
+            trainer = engine.trainer(train, cfg.profile, work_dir, meter, run_log)
             resumed_from = trainer.step if trainer.resume() else None
             gemm = engine.gemm()
             host = HostWindow()  # other processes' CPU time over the training loop

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from accelpipe.config.settings import PROFILE_OFF, ProfileSettings, TFTrain
+from accelpipe.config.settings import PROFILE_OFF, ProfileSettings, TFTrain, TrainSlice
 from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.core.io import free_space, write_text
 from accelpipe.core.keras2 import keras, tf
@@ -107,7 +107,7 @@ def in_worker() -> bool:
 
 
 def run_training(
-    cfg: dict[str, Any], train_cfg: Train, work_dir: Path, make_job: JobFactory[Train]
+    cfg: TrainSlice, train_cfg: Train, work_dir: Path, make_job: JobFactory[Train]
 ) -> dict[str, Any] | None:
     """Train a workload's job into `work_dir`, resuming from its checkpoint if present
     (run_sequence.run, by `TFRun`'s steps).

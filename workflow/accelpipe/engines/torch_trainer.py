@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelpipe.config.settings import ProfileSettings, TorchTrain
+from accelpipe.config.settings import ProfileSettings, TorchTrain, TrainSlice
 from accelpipe.core.errors import DataError
 from accelpipe.core.io import disk_full_names, write_text
 from accelpipe.devices import torch_device, torch_gemm
@@ -117,7 +117,7 @@ in_worker = torch_launch.in_worker
 
 
 def run_training(
-    cfg: dict[str, Any],
+    cfg: TrainSlice,
     train_cfg: Train,
     work_dir: Path,
     make_job: JobFactory[Train],
@@ -126,12 +126,12 @@ def run_training(
     """Train a workload's job into `work_dir`, resuming from its checkpoint if present
     (run_sequence.run, by `TorchRun`'s steps).
 
-    `cfg` is the train stage's slice (backend, train, profile, ...), `train_cfg` its train
-    block as the workload's own settings class. Writes model.pt (the bare model's weights plus
-    `job.checkpoint`) on rank 0 and returns the run facts there; the other ranks of a
-    multi-process run return None. Rank 0 meters the energy of the devices from the start to
-    the end of training (engines.energy.power_meter): per logged step in train_log.csv, in all in
-    the facts' `power`.
+    `cfg` is the train stage's slice as this process read it (backend, train, profile, ...),
+    `train_cfg` its train block as the workload's own settings class. Writes model.pt (the
+    bare model's weights plus `job.checkpoint`) on rank 0 and returns the run facts there; the
+    other ranks of a multi-process run return None. Rank 0 meters the energy of the devices
+    from the start to the end of training (engines.energy.power_meter): per logged step in
+    train_log.csv, in all in the facts' `power`.
     """
     return run_sequence.run(TorchRun(make_job, auto_precision), cfg, train_cfg, work_dir)
 

@@ -12,12 +12,11 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from accelpipe import engines, workloads
 from accelpipe.config.runtime import with_eval_settings
-from accelpipe.config.schema import load_slice
-from accelpipe.config.settings import TrainSettings, common_train
+from accelpipe.config.schema import stage_slice
+from accelpipe.config.settings import TrainSettings, TrainSlice, train_slice
 from accelpipe.core import provenance, registry
 from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.core.io import read_json, write_json
@@ -33,8 +32,9 @@ def resume_dir(out: Path, args: argparse.Namespace) -> Path:
     number of processes (train.devices, train.nodes) is not part of the key: checkpoints load
     into any world size, so a job may resume on fewer or more devices.
     """
-    cfg = load_slice(args.config_json)
-    cfg["train"] = {k: v for k, v in cfg["train"].items() if k not in ("devices", "nodes")}
+    parsed = stage_slice(args)
+    train = {k: v for k, v in parsed["train"].items() if k not in ("devices", "nodes")}
+    cfg = parsed | {"train": train}
     key = hashlib.sha256()
     key.update(json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode())
     key.update(args.run.encode())
@@ -158,8 +158,8 @@ def _run_train(args: argparse.Namespace, started: float) -> None:
     spec = engines.for_workload(args.workload)
     engine = engines.hooks(spec)
     # the evaluate settings outside train's key (batch size, ...) come with the job's environment
-    cfg = with_eval_settings(load_slice(args.config_json), args.workload)
-    train_cfg = common_train(cfg["train"])
+    cfg = train_slice(args.workload, with_eval_settings(stage_slice(args), args.workload))
+    train_cfg = cfg.train
     out = Path(args.out)
     work_dir = resume_dir(out, args)
     if train_cfg.devices * train_cfg.nodes > 1 and not engine.in_worker():
@@ -185,7 +185,7 @@ def _run_train(args: argparse.Namespace, started: float) -> None:
 def _train_into(
     args: argparse.Namespace,
     spec: engines.Engine,
-    cfg: dict[str, Any],
+    cfg: TrainSlice,
     started: float,
     work_dir: Path,
 ) -> bool:

@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
+from accelpipe.config.settings import TrainSlice
 from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 
@@ -18,13 +19,14 @@ from accelpipe.core.errors import ConfigError
 class Workload(Protocol):
     """What the train and evaluate stages call on a workload's module. Both get the stage's
     validated config slice (accelpipe.plan.stage_config), which the workload reads through its
-    typed views (accelpipe.config.settings)."""
+    typed views (accelpipe.config.settings); train gets it as the train stage read it, once
+    (`TrainSlice`: its train block already the workload's own class)."""
 
     def train(
         self,
         prepared: Path,
         run: str,
-        cfg: dict[str, Any],
+        cfg: TrainSlice,
         work_dir: Path,
         weights: Path | None = None,
     ) -> dict[str, Any] | None:

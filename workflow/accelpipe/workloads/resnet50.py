@@ -18,7 +18,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from accelpipe.config.settings import ResNet50Evaluate, ResNet50Model, ResNet50Train, view
+from accelpipe.config.settings import (
+    ResNet50Evaluate,
+    ResNet50Model,
+    ResNet50Train,
+    TrainSlice,
+    view,
+)
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device
 from accelpipe.engines.evaluations import in_training_eval
@@ -57,7 +63,7 @@ def _epoch_batches(
 
 
 def train(
-    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+    prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None = None
 ) -> dict[str, Any] | None:
     """Train the run into `work_dir` (resuming from its checkpoint); facts on rank 0 only."""
     no_starting_weights("resnet50", weights)
@@ -107,9 +113,7 @@ def train(
             evaluation=evaluation,
         )
 
-    return run_training(
-        cfg, view(ResNet50Train, cfg["train"], where="resnet50.train"), work_dir, make_job
-    )
+    return run_training(cfg, cfg.train_as(ResNet50Train), work_dir, make_job)
 
 
 def _model_from_checkpoint(checkpoint: dict[str, Any]) -> ResNet:

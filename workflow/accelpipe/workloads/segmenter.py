@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from accelpipe.config.settings import SegmenterEvaluate, SegmenterModel, SegmenterTrain, view
+from accelpipe.config.settings import (
+    SegmenterEvaluate,
+    SegmenterModel,
+    SegmenterTrain,
+    TrainSlice,
+    view,
+)
 from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.core.keras2 import keras, tf
@@ -82,7 +88,7 @@ def _pretrained(
 
 
 def train(
-    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+    prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None = None
 ) -> dict[str, Any] | None:
     files = _shards(prepared, "train")
     train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
@@ -137,9 +143,7 @@ def train(
             evaluation=_in_training(cfg, train_cfg, prepared, architecture["image_size"]),
         )
 
-    return tf_trainer.run_training(
-        cfg, view(SegmenterTrain, cfg["train"], where="segmenter.train"), work_dir, make_job
-    )
+    return tf_trainer.run_training(cfg, cfg.train_as(SegmenterTrain), work_dir, make_job)
 
 
 def _decayed_variables(model: keras.Model) -> list[tf.Variable]:
@@ -321,7 +325,7 @@ def _scores(
 
 
 def _in_training(
-    cfg: dict[str, Any], train_cfg: SegmenterTrain, prepared: Path, window: int
+    cfg: TrainSlice, train_cfg: SegmenterTrain, prepared: Path, window: int
 ) -> InTrainingEval | None:
     """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.config.settings import SSDEvaluate, SSDModel, SSDTrain, view
+from accelpipe.config.settings import SSDEvaluate, SSDModel, SSDTrain, TrainSlice, view
 from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.core.keras2 import keras, tf
@@ -111,7 +111,7 @@ def _start(model: keras.Model, pretrained: str, weights: Path | None) -> dict[st
 
 
 def train(
-    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+    prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None = None
 ) -> dict[str, Any] | None:
     categories = _categories(prepared)
     ids = [c["id"] for c in categories]
@@ -156,9 +156,7 @@ def train(
             evaluation=_in_training(cfg, train_cfg, prepared),
         )
 
-    return tf_trainer.run_training(
-        cfg, view(SSDTrain, cfg["train"], where="ssd.train"), work_dir, make_job
-    )
+    return tf_trainer.run_training(cfg, cfg.train_as(SSDTrain), work_dir, make_job)
 
 
 def evaluate(
@@ -225,7 +223,7 @@ def _scores(
     return metrics, detections, per_category
 
 
-def _in_training(cfg: dict[str, Any], train_cfg: SSDTrain, prepared: Path) -> InTrainingEval | None:
+def _in_training(cfg: TrainSlice, train_cfg: SSDTrain, prepared: Path) -> InTrainingEval | None:
     """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
 
     def samples() -> tuple[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import torch
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
-from accelpipe.config.settings import SwinUNETREvaluate, SwinUNETRTrain, view
+from accelpipe.config.settings import SwinUNETREvaluate, SwinUNETRTrain, TrainSlice, view
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device, workload_auto
 from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
@@ -35,12 +35,12 @@ from accelpipe.workloads import no_starting_weights
 AUTO_PRECISION = workload_auto("swinunetr")
 
 
-def _settings(cfg: dict[str, Any], model_cfg: dict[str, Any]) -> volumes.VolumeSettings:
+def _settings(cfg: Mapping[str, Any], model_cfg: dict[str, Any]) -> volumes.VolumeSettings:
     return volumes.VolumeSettings.from_config(cfg["transforms"], model_cfg["roi"])
 
 
 def train(
-    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+    prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None = None
 ) -> dict[str, Any] | None:
     """Train the run into `work_dir` (resuming from its checkpoint); facts on rank 0 only."""
     no_starting_weights("swinunetr", weights)
@@ -51,12 +51,11 @@ def train(
     def make_job(
         train_cfg: SwinUNETRTrain, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
-        train = cfg["train"]
         loader = volumes.train_loader(
             items,
-            volumes.train_transforms(settings, train["num_samples"], train_cfg.augment),
+            volumes.train_transforms(settings, train_cfg.num_samples, train_cfg.augment),
             batch_size=train_cfg.batch_size // ctx.world_size,
-            cache_rate=train["cache_rate"],
+            cache_rate=train_cfg.cache_rate,
             workers=train_cfg.loader_workers,
             pin_memory=device.backend != "cpu",
             seed=train_cfg.seed,
@@ -76,13 +75,13 @@ def train(
             batches,
             steps,
             checkpoint={"model": cfg["model"], "transforms": cfg["transforms"], "label": label},
-            facts={"train_volumes": len(items), "crops_per_volume": train["num_samples"]},
+            facts={"train_volumes": len(items), "crops_per_volume": train_cfg.num_samples},
             evaluation=_in_training(cfg, train_cfg, device, prepared, settings, label),
         )
 
     return run_training(
         cfg,
-        view(SwinUNETRTrain, cfg["train"], where="swinunetr.train"),
+        cfg.train_as(SwinUNETRTrain),
         work_dir,
         make_job,
         AUTO_PRECISION,
@@ -90,7 +89,7 @@ def train(
 
 
 def _in_training(
-    cfg: dict[str, Any],
+    cfg: TrainSlice,
     train_cfg: SwinUNETRTrain,
     device: torch_device.Device,
     prepared: Path,
@@ -122,7 +121,7 @@ def predict(
     model: torch.nn.Module,
     device: torch_device.Device,
     image: torch.Tensor,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     roi: tuple[int, int, int],
 ) -> np.ndarray:
     """Binary mask (X, Y, Z) for one (1, X, Y, Z) volume by gaussian-blended sliding windows."""
@@ -144,7 +143,7 @@ def _scored_cases(
     model: torch.nn.Module,
     device: torch_device.Device,
     prepared: Path,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     settings: volumes.VolumeSettings,
 ) -> Iterator[tuple[str, np.ndarray, np.ndarray, float]]:
     """(patient, predicted mask, affine, Dice) of each validation volume, in the resampled
@@ -159,7 +158,7 @@ def _scored_cases(
         yield name, pred, affine, float(dice_per_class(pred, target, (1,))[0])
 
 
-def _dice_metrics(cfg: dict[str, Any], label: str, dice: list[float]) -> dict[str, Any]:
+def _dice_metrics(cfg: Mapping[str, Any], label: str, dice: list[float]) -> dict[str, Any]:
     return {
         "metric": "dice",
         "dice": {label: round(float(np.mean(dice)), 6)},

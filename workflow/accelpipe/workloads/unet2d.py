@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from accelpipe.config.schema import split_fold
-from accelpipe.config.settings import UNet2DEvaluate, UNet2DModel, UNet2DTrain, view
+from accelpipe.config.settings import TrainSlice, UNet2DEvaluate, UNet2DModel, UNet2DTrain, view
 from accelpipe.core.errors import ConfigError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device
@@ -65,7 +65,7 @@ def build_model(model_block: dict[str, Any], data_cfg: dict[str, Any]) -> DynUNe
 
 
 def train(
-    prepared: Path, run: str, cfg: dict[str, Any], work_dir: Path, weights: Path | None = None
+    prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None = None
 ) -> dict[str, Any] | None:
     """Train one fold into `work_dir` (resuming if it holds a checkpoint).
 
@@ -113,13 +113,11 @@ def train(
             evaluation=_in_training(cfg, train_cfg, device, prepared, run),
         )
 
-    return run_training(
-        cfg, view(UNet2DTrain, cfg["train"], where="unet2d.train"), work_dir, make_job
-    )
+    return run_training(cfg, cfg.train_as(UNet2DTrain), work_dir, make_job)
 
 
 def _in_training(
-    cfg: dict[str, Any],
+    cfg: TrainSlice,
     train_cfg: UNet2DTrain,
     device: torch_device.Device,
     prepared: Path,
