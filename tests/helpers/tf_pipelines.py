@@ -9,6 +9,9 @@ pipeline's functions hold, so a test can require the parallel ones to hold none.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 from accelpipe.core.keras2 import tf
 
 # Function calls and control flow: tf.data looks inside them, and so does stateful_ops.
@@ -52,3 +55,8 @@ def stateful_ops(dataset: tf.data.Dataset) -> dict[str, set[str]]:
 def parallel(node: str) -> bool:
     """Whether a stateful_ops key is a dataset op that runs its function in parallel."""
     return node.startswith(("ParallelMapDataset", "ParallelInterleaveDataset", "MapAndBatch"))
+
+
+def count_records(paths: Iterable[Path]) -> int:
+    """Records in TFRecord files (reads them through)."""
+    return sum(1 for path in paths for _ in tf.data.TFRecordDataset(str(path)))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from accelpipe.core.errors import DataError
-from accelpipe.datasets.msd import MSD_TASKS, check_layout, fetch_task
+from accelpipe.datasets.msd import MSD_TASKS, fetch_task, layout_problem
 from tests.helpers.archives import schema_limits
 from tests.helpers.http_server import FileServer
 
@@ -83,7 +83,7 @@ def test_fetch_task_gives_msd_layout(server: FileServer, tmp_path: Path) -> None
     )
 
     assert task_dir == raw / TASK
-    check_layout(task_dir)
+    assert layout_problem(task_dir) is None
     assert sorted(p.name for p in (task_dir / "imagesTr").iterdir()) == [
         f"{c}.nii.gz" for c in CASES
     ]  # the AppleDouble file is gone
@@ -111,7 +111,7 @@ def test_fetch_task_is_idempotent(server: FileServer, tmp_path: Path) -> None:
     # A damaged folder is rebuilt from the cached archive, still without a new request.
     (first / "dataset.json").unlink()
     fetch_task(TASK, raw, limits=LIMITS, progress=False, **kwargs)
-    check_layout(first)
+    assert layout_problem(first) is None
     assert len(server.log) == 1
 
 
@@ -152,14 +152,12 @@ def test_wrong_md5_is_refused_before_extraction(server: FileServer, tmp_path: Pa
     assert not (tmp_path / "raw" / TASK).exists()
 
 
-def test_check_layout_names_missing_piece(tmp_path: Path) -> None:
+def test_layout_problem_names_missing_piece(tmp_path: Path) -> None:
     task = _write_task(tmp_path)
     (task / "labelsTr" / "BRATS_002.nii.gz").unlink()
-    with pytest.raises(DataError, match=r"labelsTr/BRATS_002\.nii\.gz"):
-        check_layout(task)
+    assert "labelsTr/BRATS_002.nii.gz" in str(layout_problem(task))
     (task / "dataset.json").unlink()
-    with pytest.raises(DataError, match=r"missing dataset\.json"):
-        check_layout(task)
+    assert layout_problem(task) == "missing dataset.json"
 
 
 def test_unknown_task_needs_url(tmp_path: Path) -> None:

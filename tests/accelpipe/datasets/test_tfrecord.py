@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from accelpipe.core.errors import DataError
 from accelpipe.datasets import tfrecord
-from accelpipe.inputs.shards import count_records
+from tests.helpers.tf_pipelines import count_records
 
 pytestmark = pytest.mark.tensorflow
 

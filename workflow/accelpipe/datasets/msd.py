@@ -71,14 +71,6 @@ def fetch_task(
     return task_dir
 
 
-def check_layout(task_dir: str | os.PathLike[str]) -> None:
-    """Raise DataError naming the first missing or broken piece of an MSD task folder."""
-    task_dir = Path(task_dir)
-    problem = layout_problem(task_dir)
-    if problem is not None:
-        raise DataError(f"{task_dir}: {problem}")
-
-
 def layout_problem(task_dir: Path) -> str | None:
     """Describe what is wrong with an MSD task folder, or None if it looks complete."""
     for sub in ("imagesTr", "labelsTr"):

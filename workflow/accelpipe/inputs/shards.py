@@ -10,17 +10,12 @@ are the same for the same seed whatever the threads do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from accelpipe.core.keras2 import tf
 from accelpipe.datasets.tfrecord import reading
-
-
-def count_records(paths: Iterable[Path]) -> int:
-    """Records in TFRecord files (reads them through)."""
-    return sum(1 for path in paths for _ in tf.data.TFRecordDataset(str(path)))
 
 
 def worker_records(files: Sequence[Path], num_workers: int, index: int, seed: int) -> Any:
