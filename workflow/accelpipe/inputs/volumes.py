@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+
+# isort: off
+from accelpipe.devices import tensorboard_stub  # noqa: F401  before MONAI: see there
+
+# isort: on
 from monai import transforms as mt
 from monai.data import CacheDataset, DataLoader, partition_dataset
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+# isort: off
+from accelpipe.devices import tensorboard_stub  # noqa: F401  before MONAI: see there
+
+# isort: on
 from monai.networks.nets import SwinUNETR
 
 from accelpipe.core.errors import ConfigError

@@ -17,6 +17,11 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 import torch
+
+# isort: off
+from accelpipe.devices import tensorboard_stub  # noqa: F401  before MONAI: see there
+
+# isort: on
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
