@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from accelpipe.config.schema import slice_schema, validate_slice
-from accelpipe.config.settings import PROFILE_OFF, TFTrain
+from accelpipe.config.settings import PROFILE_OFF, TFTrain, TrainSlice, train_slice
 from accelpipe.core.keras2 import keras, tf
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import tf_device
@@ -47,7 +47,7 @@ def make_prepared(
 
 
 def capture_job_factory(
-    train: Callable[[Path, str, dict[str, Any], Path], Any],
+    train: Callable[[Path, str, TrainSlice, Path], Any],
     prepared: Path,
     run: str,
     cfg: dict[str, Any],
@@ -55,11 +55,11 @@ def capture_job_factory(
 ) -> tuple[JobFactory, TFTrain]:
     """The `make_job` and train settings a workload's `train(prepared, run, cfg, work_dir)`
     hands tf_trainer.run_training, unchanged (run_training is stood in for while `train`
-    runs)."""
+    runs); `cfg` read once as the train stage reads it (its workload: `train`'s module)."""
     captured: list[tuple[JobFactory, TFTrain]] = []
 
     def capture(
-        cfg_: dict[str, Any], train_cfg: TFTrain, work_dir_: Path, make_job: JobFactory
+        cfg_: TrainSlice, train_cfg: TFTrain, work_dir_: Path, make_job: JobFactory
     ) -> dict:
         captured.append((make_job, train_cfg))
         return {}
@@ -67,7 +67,7 @@ def capture_job_factory(
     real = tf_trainer.run_training
     tf_trainer.run_training = capture
     try:
-        train(prepared, run, cfg, work_dir)
+        train(prepared, run, train_slice(train.__module__.rsplit(".", 1)[-1], cfg), work_dir)
     finally:
         tf_trainer.run_training = real
     if len(captured) != 1:
