@@ -7,13 +7,13 @@ import logging
 from pathlib import Path
 
 from accelpipe.compare.write import write_compare
-from accelpipe.config.schema import load_slice
+from accelpipe.config.schema import stage_slice
 
 log = logging.getLogger("accelpipe")
 
 
 def run_compare(args: argparse.Namespace) -> None:
-    cfg = load_slice(args.config_json)
+    cfg = stage_slice(args)
     runs = [Path(r) for r in args.runs]
     rows = write_compare(runs, cfg["cost"]["per_hour"], Path(args.out), cfg.get("config_hashes"))
     for mark in ("fastest", "most_accurate"):

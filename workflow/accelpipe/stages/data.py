@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from accelpipe import datasets
-from accelpipe.config.schema import load_slice
+from accelpipe.config.schema import stage_slice
 from accelpipe.core import provenance
 from accelpipe.core.io import atomic_path
 from accelpipe.datasets.sources import MADE_FROM, config_key, made_from, make_raw, raw_lock
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def run_raw(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     module = datasets.get(args.dataset)
-    cfg, out = load_slice(args.config_json), Path(args.out)
+    cfg, out = stage_slice(args), Path(args.out)
     with raw_lock(args.dataset, Path(args.downloads)):
         if made_from(out, cfg):  # by another workflow sharing data_root, while this one waited
             log.info("%s: made meanwhile by another run from the same config; kept", out)
@@ -38,7 +38,7 @@ def run_prepare(args: argparse.Namespace) -> None:
         args.variant,
         Path(args.raw),
         Path(args.out),
-        load_slice(args.config_json),
+        stage_slice(args),
         workers=args.workers,
     )
     provenance.write_stage(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from accelpipe import engines, workloads
 from accelpipe.config import quality
-from accelpipe.config.schema import load_slice
+from accelpipe.config.schema import stage_slice
 from accelpipe.core import provenance
 from accelpipe.core.io import atomic_path, read_json, write_json
 from accelpipe.engines import scalars
@@ -24,7 +24,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     engines.hooks(engines.for_workload(args.workload)).limit_threads(args.threads)
     module = workloads.get(args.workload)
-    cfg = load_slice(args.config_json)
+    cfg = stage_slice(args)
     with atomic_path(args.out) as tmp:
         module.evaluate(Path(args.prepared), args.run, cfg, Path(args.model), tmp)
         metrics = read_json(tmp / "metrics.json")

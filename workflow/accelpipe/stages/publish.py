@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from accelpipe import engines
-from accelpipe.config.schema import load_slice
+from accelpipe.config.schema import stage_slice
 from accelpipe.core import registry
 from accelpipe.results import benchmark, ttt
 from accelpipe.results.leaderboard import rank_runs
@@ -28,7 +28,7 @@ def run_publish(args: argparse.Namespace) -> None:
     }
     weights = engines.for_workload(args.workload).weights
     preflight = Path(args.preflight) if args.preflight else None
-    publish_run(stage_dirs, load_slice(args.config_json), Path(args.out), weights, preflight)
+    publish_run(stage_dirs, stage_slice(args), Path(args.out), weights, preflight)
 
 
 def run_aggregate(args: argparse.Namespace) -> None:
@@ -38,7 +38,7 @@ def run_aggregate(args: argparse.Namespace) -> None:
 
 def run_grid(args: argparse.Namespace) -> None:
     metric = registry.workload(args.workload).metric
-    keys = load_slice(args.config_json)["keys"]
+    keys = stage_slice(args)["keys"]
     rows = rank_runs([Path(r) for r in args.runs], args.workload, metric, keys, Path(args.out))
     best = rows[0]
     log.info("grid: best of %d runs is %s (%s %s)", len(rows), best["run"], metric, best[metric])
@@ -55,7 +55,7 @@ def run_ttt(args: argparse.Namespace) -> None:
 
 
 def run_benchmark(args: argparse.Namespace) -> None:
-    warmup = load_slice(args.config_json)["warmup_steps"]
+    warmup = stage_slice(args)["warmup_steps"]
     rows = benchmark.write_table(
         [Path(r) for r in args.rows], args.workload, warmup, Path(args.out)
     )

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from accelpipe import weights
-from accelpipe.config.schema import load_slice
+from accelpipe.config.schema import stage_slice
 from accelpipe.core import provenance
 from accelpipe.core.io import atomic_path
 from accelpipe.datasets.download import configured_watch, exclusive
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 def run_weights(args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    cfg, out, downloads = load_slice(args.config_json), Path(args.out), Path(args.downloads)
+    cfg, out, downloads = stage_slice(args), Path(args.out), Path(args.downloads)
     downloads.mkdir(parents=True, exist_ok=True)
     # Two workflows on one data_root: one converts, the other waits and keeps its folder.
     wait_s = configured_watch().lock_wait_s
