@@ -253,13 +253,9 @@ def main(argv: list[str] | None = None) -> None:
         parser,
         argv,
         batch=4,
-        steps=1,
-        warmup_steps=1,
-        rounds=1,
-        distinct_batches=1,
         loader_batches=1,
         workers=0,
-        threads=1,
+        **smoke.STEP_LOOP,
     )
     if args.threads is not None:
         torch.set_num_threads(args.threads)

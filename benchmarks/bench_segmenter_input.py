@@ -156,11 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
         shards=1,
         batches=1,
         warmup=1,
-        steps=1,
-        warmup_steps=1,
-        rounds=1,
-        distinct_batches=1,
-        threads=1,
+        **smoke.STEP_LOOP,
     )
 
     if args.threads:

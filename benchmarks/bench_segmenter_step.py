@@ -120,13 +120,9 @@ def main(argv: list[str] | None = None) -> dict:
         argv,
         batch=2,
         image_size=32,
-        rounds=1,
-        steps=1,
-        warmup_steps=1,
-        distinct_batches=1,
         images=4,
         size=(64, 48),
-        threads=1,
+        **smoke.STEP_LOOP,
     )
 
     if args.threads:

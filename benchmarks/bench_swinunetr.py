@@ -210,14 +210,10 @@ def main(argv: list[str] | None = None) -> None:
     args = smoke.parse_args(
         parser,
         argv,
-        steps=1,
-        warmup_steps=1,
-        rounds=1,
-        distinct_batches=1,
         loader_batches=1,
         workers=0,
-        threads=1,
         roi=[64, 32, 32],
+        **smoke.STEP_LOOP,
     )
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -10,6 +10,15 @@ import os
 from typing import Any
 
 ENV = "ACCELPIPE_BENCH_SMOKE"
+# The step harness's shortest loop: one measured step after one warm-up, once, on one batch
+# and one thread (the step benchmarks' shared options).
+STEP_LOOP: dict[str, Any] = {
+    "steps": 1,
+    "warmup_steps": 1,
+    "rounds": 1,
+    "distinct_batches": 1,
+    "threads": 1,
+}
 HELP = f"smallest sizes, one repeat: checks that the benchmark runs (also {ENV}=1); no timing"
 
 

@@ -91,7 +91,8 @@ def train(
     prepared: Path, run: str, cfg: TrainSlice, work_dir: Path, weights: Path | None = None
 ) -> dict[str, Any] | None:
     files = _shards(prepared, "train")
-    train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
+    splits = read_json(prepared / "dataset.json")["splits"]  # read once: train and eval
+    train_images = splits["train"]["images"]
     model_cfg = cfg["model"]
     architecture = {"classes": NUM_CLASSES} | {k: model_cfg[k] for k in _ARCHITECTURE_KEYS}
 
@@ -140,7 +141,7 @@ def train(
                 "train_images": train_images,
                 "pretrained": pretrained,
             },
-            evaluation=_in_training(cfg, train_cfg, prepared, architecture["image_size"]),
+            evaluation=_in_training(cfg, train_cfg, prepared, splits, architecture["image_size"]),
         )
 
     return tf_trainer.run_training(cfg, cfg.train_as(SegmenterTrain), work_dir, make_job)
@@ -325,13 +326,9 @@ def _scores(
 
 
 def _in_training(
-    cfg: TrainSlice, train_cfg: SegmenterTrain, prepared: Path, window: int
+    cfg: TrainSlice, train_cfg: SegmenterTrain, prepared: Path, splits: dict[str, Any], window: int
 ) -> InTrainingEval | None:
     """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
-
-    def samples() -> tuple[int, int]:
-        splits = read_json(prepared / "dataset.json")["splits"]
-        return splits["train"]["images"], splits["val"]["images"]
 
     return in_training_eval(
         "segmenter",
@@ -339,7 +336,7 @@ def _in_training(
         train_cfg,
         SegmenterEvaluate,
         lambda model, ev: _scores(model, prepared, ev, window)[0],
-        samples,
+        lambda: (splits["train"]["images"], splits["val"]["images"]),
     )
 
 

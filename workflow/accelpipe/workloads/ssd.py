@@ -115,7 +115,8 @@ def train(
 ) -> dict[str, Any] | None:
     categories = _categories(prepared)
     ids = [c["id"] for c in categories]
-    train_images = read_json(prepared / "dataset.json")["splits"]["train"]["images"]
+    splits = read_json(prepared / "dataset.json")["splits"]  # read once: train and eval
+    train_images = splits["train"]["images"]
     files = _shards(prepared, "train")
     model_cfg = view(SSDModel, cfg["model"], where="ssd.model")
     architecture = {"classes": len(ids), "width": model_cfg.width}
@@ -153,7 +154,7 @@ def train(
                 "train_images": train_images,
                 "pretrained": pretrained,
             },
-            evaluation=_in_training(cfg, train_cfg, prepared),
+            evaluation=_in_training(cfg, train_cfg, prepared, splits),
         )
 
     return tf_trainer.run_training(cfg, cfg.train_as(SSDTrain), work_dir, make_job)
@@ -223,12 +224,10 @@ def _scores(
     return metrics, detections, per_category
 
 
-def _in_training(cfg: TrainSlice, train_cfg: SSDTrain, prepared: Path) -> InTrainingEval | None:
+def _in_training(
+    cfg: TrainSlice, train_cfg: SSDTrain, prepared: Path, splits: dict[str, Any]
+) -> InTrainingEval | None:
     """The run's evaluations inside training (train.eval_every), scored as `evaluate` does."""
-
-    def samples() -> tuple[int, int]:
-        splits = read_json(prepared / "dataset.json")["splits"]
-        return splits["train"]["images"], splits["val"]["images"]
 
     return in_training_eval(
         "ssd",
@@ -236,7 +235,7 @@ def _in_training(cfg: TrainSlice, train_cfg: SSDTrain, prepared: Path) -> InTrai
         train_cfg,
         SSDEvaluate,
         lambda model, ev: _scores(model, prepared, ev)[0],
-        samples,
+        lambda: (splits["train"]["images"], splits["val"]["images"]),
     )
 
 
