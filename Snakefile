@@ -1,6 +1,7 @@
 # accelpipe: dataset -> prepare -> train -> evaluate -> trace summary -> results.
 # Targets: results/<workload>/<run> (runs, grid runs and seed runs named in config.yaml;
-# unet2d's are cross-validated: results/unet2d/[<run>/]fold<k> and [<run>/]cv),
+# a cross-validated workload's, one with `folds`: results/<workload>/[<run>/]fold<k> and
+# [<run>/]cv),
 # results/<workload>/grid (grid runs ranked), results/<workload>/ttt (seed runs' times to
 # target combined), results/<workload>/benchmark (train-step throughput per batch size x
 # precision), results/compare (every finished run on one page). `accelpipe targets` lists them.

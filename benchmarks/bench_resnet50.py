@@ -49,14 +49,15 @@ import torch
 import yaml
 
 from accelpipe.config.schema import validate
-from accelpipe.config.settings import ProfileSettings, ResNet50Train, view
+from accelpipe.config.settings import ProfileSettings, view
 from accelpipe.datasets import imagenet
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs.imagefolder import IndexedImages, TrainTransform, make_loader
 from accelpipe.models import optim
 from accelpipe.models.resnet50 import ResNet
-from accelpipe.workloads.resnet50 import build_model
+from accelpipe.workloads.resnet50.declaration import ResNet50Train
+from accelpipe.workloads.resnet50.workload import build_model
 from benchmarks import smoke
 from benchmarks.step_harness import (
     Batch,

@@ -64,7 +64,7 @@ from accelpipe.datasets import ade20k
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import TFTrainer, TFTrainJob
 from accelpipe.plan import stage_config
-from accelpipe.workloads import segmenter
+from accelpipe.workloads.segmenter import workload as segmenter
 
 TARGET = 3.0
 RUN = "fp32"  # the default run whose train slice the benchmark starts from

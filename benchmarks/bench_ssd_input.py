@@ -54,7 +54,7 @@ from accelpipe.datasets import coco
 from accelpipe.engines import tf_trainer
 from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
 from accelpipe.plan import stage_config
-from accelpipe.workloads import ssd
+from accelpipe.workloads.ssd import workload as ssd
 
 TARGET = 3.0
 RUN = "fp32"  # the default run whose train slice the benchmark starts from

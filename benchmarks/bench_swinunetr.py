@@ -47,13 +47,14 @@ from monai.losses import DiceCELoss
 from monai.networks.nets import SwinUNETR
 
 from accelpipe.config.schema import run_train, validate
-from accelpipe.config.settings import ProfileSettings, SwinUNETRTrain, view
+from accelpipe.config.settings import ProfileSettings, view
 from accelpipe.datasets import nsclc
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import torch_device
 from accelpipe.inputs import volumes
 from accelpipe.models.swinunetr import build_model
-from accelpipe.workloads.swinunetr import AUTO_PRECISION
+from accelpipe.workloads.swinunetr.declaration import SwinUNETRTrain
+from accelpipe.workloads.swinunetr.workload import AUTO_PRECISION
 from benchmarks import smoke
 from benchmarks.step_harness import (
     Batch,

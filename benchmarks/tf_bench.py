@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from accelpipe.config.schema import slice_schema, validate_slice
-from accelpipe.config.settings import PROFILE_OFF, TFTrain, TrainSlice, train_slice
+from accelpipe.config.settings import PROFILE_OFF, TFTrain, TrainSlice
+from accelpipe.config.views import train_slice
 from accelpipe.core.keras2 import keras, tf
 from accelpipe.datasets.sources import make_raw
 from accelpipe.devices import tf_device

@@ -11,7 +11,8 @@ PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
 from accelpipe.plan import images, preflight, pretrained, stage_config, targets
-from accelpipe.core import provenance, registry
+from accelpipe.config import registry
+from accelpipe.core import provenance
 from accelpipe.core.codegraph import code_key, stage_code
 from accelpipe.compare.runs import AGGREGATES, finished_runs, run_files, run_of
 from accelpipe.config.schema import run_train as run_train_settings
@@ -400,7 +401,7 @@ def compare_runs(wildcards):
     if not runs:
         raise WorkflowError(
             "results/compare: no finished run yet (no results/<workload>/<run>/provenance.json); "
-            "make runs first, e.g. `snakemake results/resnet50/fp32`, then results/compare in a "
+            "make runs first (`accelpipe targets` lists them), then results/compare in a "
             "command of its own (it compares the runs that exist when Snakemake starts)"
         )
     return [str(run) for run in runs]
@@ -425,7 +426,7 @@ def built_results(wildcards):
     `snakemake --report results/report.html` holds every built run and aggregate. A run is
     built when published (provenance.json); a folder this config cannot name is left
     out."""
-    default = ["results/unet2d/fold0"]
+    default = [targets.default_target(config)]
     # running jobs (or a dry run of them): the default target only
     if workflow.execution_settings is not None:
         return default

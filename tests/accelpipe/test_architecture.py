@@ -7,6 +7,7 @@ layers.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +25,9 @@ ALLOWED_CYCLES: list[set[str]] = []
 
 # Layers, lowest first: a module imports modules of its own layer or lower ones only. A key is
 # a module or a package with everything in it; `pkg.*` is a package's modules apart from its
-# __init__, where the two stand on different layers. The package's folders are its layers: a
-# top-level folder stands on one layer, and only cli and __main__ sit beside them.
+# __init__, where the two stand on different layers; a key with a `*` inside (`pkg.*.mod`) is
+# a pattern, the module of that name in each of a package's folders. The package's folders are
+# its layers: a top-level folder stands on one layer, and only cli and __main__ sit beside them.
 BASE, CONFIG, DATASETS, DEVICES, MODELS, INPUTS, LAUNCH, ENGINES, WORKLOADS = range(9)
 RESULTS, STAGE_LIST, PLAN, STAGES, CLI = range(9, 14)
 LAYERS = {
@@ -47,6 +49,9 @@ LAYERS = {
     "launch": LAUNCH,
     "engines": ENGINES,
     "workloads": WORKLOADS,
+    # a workload's declaration (its registry entry and settings views: no framework) is read
+    # by the config's registry, so it stands on the config's layer, below its own folder
+    "workloads.*.declaration": CONFIG,
     # figures, summaries and pages over finished runs: results/ (curves, the published folder,
     # benchmark tables, leaderboard, time to target) and the figure, page and trace packages
     "results": RESULTS,
@@ -87,10 +92,14 @@ def _relative(module: str) -> str:
 
 
 def layer(module: str) -> int:
-    """The layer of `module`: its own entry, else its nearest package's (`pkg.*` first)."""
+    """The layer of `module`: its own entry or a pattern's, else its nearest package's (`pkg.*`
+    first)."""
     name = _relative(module)
     if name in LAYERS:
         return LAYERS[name]
+    for key, value in LAYERS.items():
+        if "*" in key.rstrip("*") and fnmatch.fnmatchcase(name, key):
+            return value
     parts = name.split(".")
     for i in range(len(parts) - 1, 0, -1):
         package = ".".join(parts[:i])
@@ -198,6 +207,9 @@ def test_no_import_goes_up_a_layer() -> None:
         ("accelpipe.launch.tf_launch", LAUNCH),
         ("accelpipe.stages", STAGE_LIST),
         ("accelpipe.stages.data", STAGES),
+        ("accelpipe.workloads.ssd.declaration", CONFIG),
+        ("accelpipe.workloads.ssd.workload", WORKLOADS),
+        ("accelpipe.workloads.base", WORKLOADS),
     ],
 )
 def test_layer_lookup(module: str, expected: int) -> None:

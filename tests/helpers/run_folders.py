@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from accelpipe.core import registry
+from accelpipe.config import registry
 
 # section name -> mean ms of the hand-made trace summary (forward .. inside `step`)
 SECTIONS_MS = {

@@ -13,14 +13,14 @@ from accelpipe.config.schema import validate
 from accelpipe.config.settings import (
     ProfileSchedule,
     ProfileSettings,
-    ResNet50Train,
-    SSDTrain,
     TrainSettings,
     TrainSlice,
-    train_slice,
     view,
 )
+from accelpipe.config.views import train_slice
 from accelpipe.plan import stage_config
+from accelpipe.workloads.resnet50.declaration import ResNet50Train
+from accelpipe.workloads.ssd.declaration import SSDTrain
 
 
 def _train_block(workload: str, overrides: dict[str, Any]) -> dict[str, Any]:

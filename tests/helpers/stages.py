@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from accelpipe.config import registry
 from accelpipe.config.schema import validate
-from accelpipe.core import registry
 from accelpipe.plan import stage_config
 from tests.workflow.project import REPO
 

@@ -26,7 +26,7 @@ import pytest
 
 from accelpipe.compare.page import NUMBERS, show
 from accelpipe.compare.write import write_compare
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.results.curves import CURVES_FILE
 from tests.helpers.run_folders import energy, reference, write_run
 from tests.workflow.project import TINY_CONFIG, Project, make_project

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.core import registry
+from accelpipe.config import registry
 from tests.workflow.project import Project, make_project
 
 pytestmark = pytest.mark.e2e

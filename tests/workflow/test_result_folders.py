@@ -11,7 +11,7 @@ import json
 import pytest
 
 from accelpipe import engines
-from accelpipe.core import registry
+from accelpipe.config import registry
 from tests.helpers.performance_checks import check_headline
 from tests.workflow.project import TINY_CONFIG, TINY_RUNS, Project, built_project
 

@@ -276,7 +276,7 @@ def _untrained_metrics(project: Project, out: Path) -> dict:
     from accelpipe.config.schema import validate
     from accelpipe.core.keras2 import keras
     from accelpipe.plan import stage_config
-    from accelpipe.workloads import segmenter
+    from accelpipe.workloads.segmenter import workload as segmenter
 
     work = project.root / "work/segmenter/fp32/train"
     stage = json.loads((work / "stage.json").read_text())

@@ -166,7 +166,7 @@ def _untrained_metrics(project: Project, out: Path) -> dict:
     from accelpipe.core.keras2 import keras
     from accelpipe.models import ssd_resnet34
     from accelpipe.plan import stage_config
-    from accelpipe.workloads import ssd
+    from accelpipe.workloads.ssd import workload as ssd
 
     work = project.root / "work/ssd/fp32/train"
     architecture = json.loads((work / "stage.json").read_text())["architecture"]

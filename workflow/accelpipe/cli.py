@@ -309,7 +309,7 @@ def stage_backend(args: argparse.Namespace, runtime: dict) -> str:
 
 
 def job_name(args: argparse.Namespace) -> str:
-    """What a lock's holder record says it is running, e.g. `train:resnet50/default`."""
+    """What a lock's holder record says it is running, e.g. `train:<workload>/default`."""
     names = [getattr(args, key, None) for key in ("dataset", "variant", "workload", "run")]
     return f"{args.stage}:{'/'.join(str(n) for n in names if n)}"
 

@@ -17,7 +17,7 @@ from accelpipe.compare.rows import (
     read_row,
     system_text,
 )
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.core.errors import DataError
 from accelpipe.traces.plot import PART_NAMES
 from tests.helpers.run_folders import NO_RAPL, energy, reference, write_run

@@ -8,10 +8,34 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe.config import recipes
-from accelpipe.config.quality import COMPUTED, QUALITY_TARGETS, load_targets, target_for, verdict
-from accelpipe.core import registry
+from accelpipe.config import recipes, registry
+from accelpipe.config.quality import COMPUTED, load_targets, target_for, verdict
 from accelpipe.core.errors import ConfigError
+
+
+def _published() -> dict:
+    """Every workload's targets (its published.yaml's) as one file holding them all."""
+    files = [registry.published(name) for name in registry.WORKLOADS]
+    return {"targets": [t for f in files for t in yaml.safe_load(f.read_text())["targets"]]}
+
+
+def test_each_target_is_read_from_its_workload_s_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workload's target lives in workloads/<name>/published.yaml: one that lacks it is named."""
+    bare = tmp_path / "published.yaml"
+    bare.write_text(yaml.safe_dump({"loader": "tf.data", "targets": [], "figures": []}))
+    own = registry.published
+    monkeypatch.setattr(registry, "published", lambda n: bare if n == "ssd" else own(n))
+    load_targets.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="no target for ssd") as err:
+            load_targets()
+    finally:
+        monkeypatch.undo()
+        load_targets.cache_clear()
+    assert str(bare) in str(err.value)
+    assert load_targets()["ssd"].metric == registry.workload("ssd").metric
 
 
 def test_every_workload_has_its_published_target_with_source_and_definition() -> None:
@@ -48,7 +72,7 @@ def test_the_targets_file_requires_each_figure_s_recipe_and_computation(
     tmp_path: Path, field: str
 ) -> None:
     for where in ("target", "other"):
-        data = yaml.safe_load(QUALITY_TARGETS.read_text())
+        data = _published()
         entry = data["targets"][0] if where == "target" else data["targets"][0]["others"][0]
         del entry[field]
         path = tmp_path / f"{where}.yaml"
@@ -127,7 +151,7 @@ def test_what_cannot_be_decided_is_null_with_the_reason() -> None:
 def test_a_broken_targets_file_names_itself_and_the_problem(
     tmp_path: Path, edit, needle: str
 ) -> None:
-    data = yaml.safe_load(QUALITY_TARGETS.read_text())
+    data = _published()
     edit(data)
     path = tmp_path / "quality_targets.yaml"
     path.write_text(yaml.safe_dump(data))

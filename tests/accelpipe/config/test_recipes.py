@@ -1,4 +1,4 @@
-"""Each workload's reference recipe as data (workloads/<workload>_recipe.yaml): the schema's
+"""Each workload's reference recipe as data (workloads/<workload>/recipe.yaml): the schema's
 defaults are held to it, every difference says why, and docs/<workload>.md shows exactly it."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe.config import recipes
+from accelpipe.config import recipes, registry
 from accelpipe.config.schema import validate
-from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -50,7 +49,8 @@ def test_a_changed_default_is_caught() -> None:
 def _broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit) -> None:
     data = yaml.safe_load(recipes.recipe_path("unet2d").read_text())
     edit(data)
-    (tmp_path / "unet2d_recipe.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "unet2d").mkdir()
+    (tmp_path / "unet2d" / "recipe.yaml").write_text(yaml.safe_dump(data))
     monkeypatch.setattr(recipes, "RECIPES_DIR", tmp_path)
     recipes.load.cache_clear()
 
@@ -78,7 +78,7 @@ def test_a_broken_recipe_names_the_file_and_the_row(
     try:
         with pytest.raises(ConfigError, match=needle) as err:
             recipes.load("unet2d")
-        assert "unet2d_recipe.yaml" in str(err.value)
+        assert "unet2d/recipe.yaml" in str(err.value)
     finally:
         recipes.load.cache_clear()
 

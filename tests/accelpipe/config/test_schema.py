@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe.config.schema import load_slice, run_train, slice_schema, validate, validate_slice
+from accelpipe.config import registry
+from accelpipe.config.schema import (
+    load,
+    load_slice,
+    run_train,
+    slice_schema,
+    validate,
+    validate_slice,
+)
 from accelpipe.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -188,3 +196,34 @@ def test_a_stage_slice_with_nan_is_refused() -> None:
     text = '{"prepare": {"val_fraction": NaN}}'  # JSON as Python writes it for a NaN
     with pytest.raises(ConfigError, match=r"stage: config key 'prepare.val_fraction': nan is"):
         validate_slice(load_slice(text), node, "prepare")
+
+
+@pytest.mark.parametrize(
+    ("part", "needle"),
+    [
+        ({"properties": {"backend": {}}}, "properties.backend is already in the schema"),
+        ({"definitions": {"precision": {}}}, "definitions.precision is already in the schema"),
+        ({"required": ["ssd"]}, "only definitions and properties, not 'required'"),
+    ],
+)
+def test_a_workload_s_schema_part_adds_only_its_own_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: dict, needle: str
+) -> None:
+    """Each workload's block comes from its folder (workloads/<name>/schema.yaml), merged into
+    the shared schema: a part that would replace a shared key is refused, naming its file."""
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(part))
+    own = registry.folder
+    monkeypatch.setattr(registry, "folder", lambda n: tmp_path if n == "ssd" else own(n))
+    with pytest.raises(ConfigError, match=needle) as err:
+        load()
+    assert str(tmp_path / "schema.yaml") in str(err.value)
+
+
+def test_the_loaded_schema_holds_each_workload_s_block_and_train_definition() -> None:
+    loaded = load()
+    for name in registry.WORKLOADS:
+        assert loaded["properties"][name]["properties"]["train"] == {
+            "$ref": f"#/definitions/{name}_train"
+        }
+        assert f"{name}_train" in loaded["definitions"]
+    assert list(loaded["properties"])[-len(registry.WORKLOADS) :] == list(registry.WORKLOADS)

@@ -7,21 +7,13 @@ import typing
 
 import pytest
 
+from accelpipe.config import registry
 from accelpipe.config.schema import _resolve, schema, validate
-from accelpipe.config.settings import (
-    EVALUATE_VIEWS,
-    MODEL_VIEWS,
-    TRAIN_VIEWS,
-    ProfileSettings,
-    SegmenterTrain,
-    TorchTrain,
-    UNet2DTrain,
-    common_train,
-    train_view,
-    view,
-)
-from accelpipe.core import registry
+from accelpipe.config.settings import ProfileSettings, TorchTrain, common_train, view
+from accelpipe.config.views import EVALUATE_VIEWS, MODEL_VIEWS, TRAIN_VIEWS, train_view
 from accelpipe.core.errors import ConfigError
+from accelpipe.workloads.segmenter.declaration import SegmenterTrain
+from accelpipe.workloads.unet2d.declaration import UNet2DTrain
 
 _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string", tuple: "array"}
 

@@ -126,14 +126,14 @@ def test_train_and_evaluate_list_what_the_old_hand_lists_missed() -> None:
     train = _code("train", "unet2d")
     assert {"engines/torch_trainer.py", "launch/torch_launch.py", "config/schema.py"} <= train
     assert {"devices/__init__.py", "devices/torch_device.py"} <= train
-    assert {"workloads/unet2d.py", "models/dynunet2d.py", "inputs/slices.py"} <= train
+    assert {"workloads/unet2d/workload.py", "models/dynunet2d.py", "inputs/slices.py"} <= train
     assert "engines/torch_trainer.py" in _code("evaluate", "unet2d")
 
 
 def test_a_stage_does_not_list_code_it_never_imports() -> None:
     train = _code("train", "unet2d")
     assert not any(p.startswith("traces") for p in train)
-    assert "workloads/resnet50.py" not in train and "results/publish.py" not in train
+    assert "workloads/resnet50/workload.py" not in train and "results/publish.py" not in train
     raw = _code("raw", "brats")
     assert "launch/torch_launch.py" not in raw and "engines/torch_trainer.py" not in raw
     assert "datasets/nsclc.py" not in raw and "datasets/nsclc_synthetic.py" not in raw

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from accelpipe import datasets
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.datasets.sources import RawSources
 
 

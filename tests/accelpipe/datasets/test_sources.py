@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from accelpipe import datasets
+from accelpipe.config import registry
 from accelpipe.config.schema import slice_schema
-from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 from accelpipe.datasets.sources import RawSources, make_raw
 

@@ -17,7 +17,11 @@ PROBE = "import sys, {module}; print([m for m in ('tensorflow', 'monai') if m in
 )
 @pytest.mark.parametrize(
     "module",
-    ["accelpipe.workloads.swinunetr", "accelpipe.models.swinunetr", "accelpipe.inputs.volumes"],
+    [
+        "accelpipe.workloads.swinunetr.workload",
+        "accelpipe.models.swinunetr",
+        "accelpipe.inputs.volumes",
+    ],
 )
 def test_a_module_importing_monai_loads_no_tensorflow(module: str) -> None:
     probe = PROBE.format(module=module)

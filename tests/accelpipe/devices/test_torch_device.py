@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
+from accelpipe.config import registry
 from accelpipe.config.schema import validate
-from accelpipe.core import registry
 from accelpipe.core.errors import BackendUnavailableError, ConfigError
 from accelpipe.devices import BACKENDS, resolve_precision, torch_device, workload_precision
 from accelpipe.plan import preflight
@@ -82,7 +82,7 @@ def test_profiler_activities_follow_the_backend() -> None:
 
 
 def test_a_workload_may_redefine_auto_precision_per_backend() -> None:
-    from accelpipe.workloads.swinunetr import AUTO_PRECISION
+    from accelpipe.workloads.swinunetr.workload import AUTO_PRECISION
 
     assert AUTO_PRECISION == {"rocm": "fp16"}  # the seed measured bf16 slower on MI300X
     assert torch_device.resolve("cpu", "auto", auto={"cpu": "bf16"}).precision == "bf16"
@@ -226,7 +226,7 @@ def test_the_preflight_checks_the_precision_the_trainer_trains_in(
     """An "auto" run's precision as the workload hands it to its engine (its run_training's
     `auto_precision`, resolved by the device layer) is one the preflight checks (issue 32
     item 4: swinunetr on rocm trained fp16 while the preflight checked bf16)."""
-    module = importlib.import_module(f"accelpipe.workloads.{workload}")
+    module = importlib.import_module(f"accelpipe.workloads.{workload}.workload")
     handed: list[str] = []
 
     def run_training(cfg: dict, train: Any, work: Path, make_job: Any, auto: Any = None) -> None:

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from accelpipe.config.settings import ProfileSettings, SSDTrain
+from accelpipe.config.settings import ProfileSettings
 from accelpipe.core.errors import ConfigError
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.engines import run_sequence
 from accelpipe.engines.run_log import RunLog
 from accelpipe.engines.run_sequence import EngineRun, Place, Trainer
+from accelpipe.workloads.ssd.declaration import SSDTrain
 from tests.helpers.settings import _profile_block, hand_made_slice, tf_train
 
 

@@ -55,7 +55,7 @@ tf_trainer.limit_threads(2)  # as the train stage: the thread pools fixed before
 block = TINY_CONFIG[workload]
 config = validate(TINY_CONFIG | {workload: block | {"train": block["train"] | {"epochs": epochs}}})
 cfg = train_job_slice(config, workload, "fp32", profiling=False)
-module = importlib.import_module(f"accelpipe.workloads.{workload}")
+module = importlib.import_module(f"accelpipe.workloads.{workload}.workload")
 work = out / "train"
 facts = module.train(prepared, "fp32", cfg, work)
 (work / "stage.json").write_text(json.dumps({"architecture": facts["architecture"]}))
@@ -200,7 +200,7 @@ def test_a_truncated_shard_stops_train_and_evaluate_with_one_line_naming_it(
 ) -> None:
     """TensorFlow's reader says only "truncated record at N": the message names the shard
     and how to re-make it."""
-    from accelpipe.workloads import ssd
+    from accelpipe.workloads.ssd import workload as ssd
 
     first = _first_run("ssd", prepared, runs_root)
     damaged = tmp_path / "prepared"

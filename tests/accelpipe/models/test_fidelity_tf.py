@@ -21,7 +21,8 @@ import pytest
 
 from accelpipe.config.schema import validate
 from accelpipe.models import ssd_boxes
-from accelpipe.workloads import segmenter, ssd
+from accelpipe.workloads.segmenter import workload as segmenter
+from accelpipe.workloads.ssd import workload as ssd
 
 pytestmark = pytest.mark.tensorflow
 

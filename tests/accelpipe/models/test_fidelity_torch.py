@@ -16,7 +16,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accelpipe.config.schema import validate
-from accelpipe.workloads import resnet50, swinunetr, unet2d
+from accelpipe.workloads.resnet50 import workload as resnet50
+from accelpipe.workloads.swinunetr import workload as swinunetr
+from accelpipe.workloads.unet2d import workload as unet2d
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""The published figures: their catalogue (reference_figures.yaml) and a run's ratio to the
+"""The published figures: their catalogue (each workload's published.yaml) and a run's ratio to the
 one that matches it."""
 
 from __future__ import annotations
@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelpipe.config import recipes
-from accelpipe.core import registry
+from accelpipe.config import recipes, registry
 from accelpipe.core.errors import DataError
 from accelpipe.devices import device_family
 from accelpipe.performance.figures import (
     _SCHEMA,
     COMPUTED,
-    LOADERS,
     Figure,
+    figure_loader,
     load_figures,
     reference,
     run_data,
@@ -265,7 +264,29 @@ def test_the_definitions_and_loaders_cover_the_schema_and_the_workloads() -> Non
     schema = yaml.safe_load(_SCHEMA.read_text())
     computed = schema["properties"]["figures"]["items"]["properties"]["computed"]["enum"]
     assert sorted(computed) == sorted(COMPUTED)
-    assert sorted(LOADERS) == sorted(registry.WORKLOADS)
+    for name in registry.WORKLOADS:  # each workload's published.yaml names its loader
+        assert figure_loader(name) in ("torch DataLoader", "tf.data")
+
+
+def test_the_figures_are_each_workload_s_and_a_loader_is_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalogue is the union of the workloads' published.yaml (in registry order); one
+    without its loader fails naming the file."""
+    figures = load_figures()
+    assert [f.workload for f in figures] == sorted(
+        (f.workload for f in figures), key=list(registry.WORKLOADS).index
+    )
+    bare = tmp_path / "published.yaml"
+    bare.write_text(yaml.safe_dump({"targets": [], "figures": []}))
+    monkeypatch.setattr(registry, "published", lambda name: bare)
+    figure_loader.cache_clear()
+    try:
+        with pytest.raises(DataError, match=r"published\.yaml: key 'loader'"):
+            figure_loader("ssd")
+    finally:
+        monkeypatch.undo()
+        figure_loader.cache_clear()
 
 
 def test_a_real_a100_unet2d_run_meets_the_nnunet_figure_of_its_recipe_not_its_loader() -> None:
@@ -286,7 +307,7 @@ def test_a_figure_of_another_recipe_is_never_comparable() -> None:
     train = A100_FP32 | {"precision": "fp16", "global_batch": 32}
     newer = [f for f in load_figures() if f.samples_per_s == 1040.58]
     assert [f.recipe for f in newer] == ["nvidia-nnunet-22.11@4da7bf28"]
-    alike = replace(newer[0], loader=LOADERS["unet2d"])  # only the recipe differs
+    alike = replace(newer[0], loader=figure_loader("unet2d"))  # only the recipe differs
     published, note = reference("unet2d", train, 1000.0, [alike], "real")
     assert published["comparable"] is False
     assert published["differences"] == [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 
+from accelpipe.config import registry
 from accelpipe.config.schema import validate
-from accelpipe.core import registry
 from accelpipe.plan import preflight
 from tests.workflow.project import TINY_CONFIG
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from accelpipe import datasets
+from accelpipe.config import registry
 from accelpipe.config.schema import EVAL_OUTSIDE_TRAIN_KEY, slice_schema, validate, validate_slice
-from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 from accelpipe.plan import stage_config
 
@@ -157,8 +157,8 @@ def _shipped_config(name: str) -> dict:
 
 def _every_slice(config: dict):
     """(stage, names, slice) of every slice the rules pass for `config`."""
+    from accelpipe.config import registry
     from accelpipe.config.schema import fold_run, run_names
-    from accelpipe.core import registry
     from accelpipe.plan import targets
 
     for name in registry.DATASETS:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from accelpipe.cli import main
-from accelpipe.core import registry
+from accelpipe.config import registry
 from tests.helpers.run_folders import write_run
 
 

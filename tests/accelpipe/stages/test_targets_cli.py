@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from accelpipe.cli import main
+from accelpipe.config import registry
 from accelpipe.config.schema import run_names, validate
-from accelpipe.core import registry
 from accelpipe.stages.targets import DEFAULT_CONFIGFILE
 from tests.helpers.run_folders import write_run
 from tests.workflow.project import REPO, TINY_CONFIG, Project, make_project

@@ -152,9 +152,9 @@ def test_the_train_job_gets_the_evaluate_settings_left_out_of_its_key(
     """Issue 30 item 15: the slice (Snakemake's params) has no evaluation batch size; the job
     evaluating inside training still scores with the configured one, from the environment the
     workflow sets (rules/common.smk)."""
-    from accelpipe import workloads
     from accelpipe.config.runtime import EVAL_SETTINGS_ENV
     from accelpipe.engines import torch_trainer
+    from accelpipe.workloads import base as workloads
 
     argv = _train_argv(tmp_path, tmp_path, eval_every=1)
     assert "batch_size" not in json.loads(argv[argv.index("--config-json") + 1])["evaluate"]
@@ -407,8 +407,8 @@ def test_the_launcher_and_each_worker_read_the_slice_once(
 ) -> None:
     """A launched worker is a process of its own: it reads the slice the launcher checked,
     once, as the launcher did; its workload gets the typed value."""
-    from accelpipe import workloads
     from accelpipe.engines import torch_trainer
+    from accelpipe.workloads import base as workloads
 
     argv = _train_argv(tmp_path, tmp_path, devices=2, batch_size=4)
     counts = _count_slice_reads(monkeypatch)
@@ -449,10 +449,10 @@ def test_the_backend_comes_from_the_slice_alone(
     without one run, never a second answer for this one."""
     import contextlib
 
-    from accelpipe import workloads
     from accelpipe.config.runtime import RUNTIME_ENV
     from accelpipe.core import leases
     from accelpipe.engines import torch_trainer
+    from accelpipe.workloads import base as workloads
 
     leased_for: list[str] = []
     trained_on: list[str] = []

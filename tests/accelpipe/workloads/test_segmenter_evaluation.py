@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from accelpipe.datasets.ade20k import NUM_CLASSES
 from accelpipe.inputs.ade20k_input import normalise
-from accelpipe.workloads import segmenter
+from accelpipe.workloads.segmenter import workload as segmenter
 
 pytestmark = pytest.mark.tensorflow
 

@@ -9,7 +9,7 @@ pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from accelpipe.workloads import ssd
+from accelpipe.workloads.ssd import workload as ssd
 
 pytestmark = pytest.mark.tensorflow
 

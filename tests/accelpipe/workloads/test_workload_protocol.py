@@ -6,8 +6,8 @@ import inspect
 
 import pytest
 
-from accelpipe import workloads
-from accelpipe.core import registry
+from accelpipe.config import registry
+from accelpipe.workloads import base as workloads
 
 
 def _parameters(function: object) -> list[str]:

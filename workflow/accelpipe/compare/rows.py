@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.compare.runs import METRICS, PERFORMANCE, PROVENANCE, TRACE_SUMMARY, run_of
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.core.errors import DataError
 from accelpipe.core.io import read_json
 from accelpipe.core.provenance import SHORT_HASH

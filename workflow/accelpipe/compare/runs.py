@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.results.curves import CURVES_FILE
 
 PROVENANCE = "provenance.json"  # publish writes it: a folder with one is a finished run

@@ -1,4 +1,5 @@
-"""Quality targets: the quality each workload's reference reaches (quality_targets.yaml), or the
+"""Quality targets: the quality each workload's reference reaches (its
+workloads/<name>/published.yaml, `targets`), or the
 one a config sets (`<workload>.target`), and whether a run's metrics reach it.
 
 The evaluate stage writes the verdict into metrics.json (`quality_target`), so every run says
@@ -21,14 +22,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelpipe.config import recipes
-from accelpipe.core import registry
+from accelpipe.config import recipes, registry
 from accelpipe.core.errors import ConfigError
 
-QUALITY_TARGETS = Path(__file__).parents[1] / "quality_targets.yaml"
 SCHEMA = Path(__file__).parents[1] / "schemas" / "quality_targets.schema.yaml"
 VERDICT_KEY = "quality_target"  # metrics.json's block
-# How a published figure was computed (quality_targets.yaml's `computed`, its schema's enum).
+# How a published figure was computed (a target's `computed`, its schema's enum).
 COMPUTED = {
     "final": "one run's final model",
     "best_epoch": "the best evaluation of one run",
@@ -50,7 +49,7 @@ class QualityTarget:
     value: float | None  # a fraction 0..1; None: nothing published (`note` says why)
     source: str
     definition: str
-    # the release or commit of the recipe the figure was measured with (quality_targets.yaml
+    # the release or commit of the recipe the figure was measured with (its published.yaml
     # requires it; a target built in code is the caller's own bar, as the config's is)
     recipe: str = CONFIGURED
     computed: str = "threshold"  # a key of COMPUTED
@@ -58,30 +57,44 @@ class QualityTarget:
     note: str | None = None
 
 
-@cache
-def load_targets(path: Path = QUALITY_TARGETS) -> dict[str, QualityTarget]:
-    """Every workload's published target; a file that breaks its schema, or that misses a
-    workload, names itself and what is wrong."""
-    data = yaml.safe_load(path.read_text())
+def _entries(path: Path) -> list[dict[str, Any]]:
+    """The `targets` of `path`, checked against their schema (a file that breaks it names
+    itself and what is wrong)."""
+    data: dict[str, Any] = {"targets": (yaml.safe_load(path.read_text()) or {}).get("targets")}
     schema = yaml.safe_load(SCHEMA.read_text())
     error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(data))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path)
         raise ConfigError(f"{path}: {where or 'top level'}: {error.message}")
+    entries: list[dict[str, Any]] = data["targets"]
+    return entries
+
+
+@cache
+def load_targets(path: Path | None = None) -> dict[str, QualityTarget]:
+    """Every workload's published target, from each workload's published.yaml (`path`: one
+    file holding them all instead); a file that breaks its schema, lists a workload twice or
+    misses one, names itself and what is wrong."""
+    files = [path] if path is not None else [registry.published(n) for n in registry.WORKLOADS]
     targets: dict[str, QualityTarget] = {}
-    for entry in data["targets"]:
-        workload = registry.workload(entry["workload"])
-        if entry["workload"] in targets:
-            raise ConfigError(f"{path}: {entry['workload']} is listed twice")
-        if entry["metric"] != workload.metric:
-            raise ConfigError(
-                f"{path}: {workload.name}'s metric is {workload.metric!r}, not {entry['metric']!r}"
+    for file in files:
+        for entry in _entries(file):
+            workload = registry.workload(entry["workload"])
+            if entry["workload"] in targets:
+                raise ConfigError(f"{file}: {entry['workload']} is listed twice")
+            if entry["metric"] != workload.metric:
+                raise ConfigError(
+                    f"{file}: {workload.name}'s metric is {workload.metric!r}, "
+                    f"not {entry['metric']!r}"
+                )
+            fields = {f.name for f in dataclasses.fields(QualityTarget)}
+            targets[workload.name] = QualityTarget(
+                **{k: v for k, v in entry.items() if k in fields}
             )
-        fields = {f.name for f in dataclasses.fields(QualityTarget)}
-        targets[workload.name] = QualityTarget(**{k: v for k, v in entry.items() if k in fields})
     missing = sorted(set(registry.WORKLOADS) - set(targets))
     if missing:
-        raise ConfigError(f"{path}: no target for {', '.join(missing)}")
+        where = path if path is not None else registry.published(missing[0])
+        raise ConfigError(f"{where}: no target for {', '.join(missing)}")
     return targets
 
 

@@ -1,5 +1,5 @@
 """The reference recipe each workload's schema defaults follow, written down as data
-(workloads/<workload>_recipe.yaml, checked against schemas/recipe.schema.yaml): every
+(workloads/<workload>/recipe.yaml, checked against schemas/recipe.schema.yaml): every
 hyperparameter as its source states it, the file and commit it is read from, the config key it
 maps to and our default, and for each difference the reason.
 
@@ -24,13 +24,13 @@ import jsonschema
 import yaml
 
 from accelpipe import REPO
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.core.errors import ConfigError
 
 RECIPES_DIR = Path(__file__).parents[1] / "workloads"
 SCHEMA = Path(__file__).parents[1] / "schemas" / "recipe.schema.yaml"
 BEGIN = (
-    "<!-- recipe table: generated from workflow/accelpipe/workloads/{workload}_recipe.yaml by "
+    "<!-- recipe table: generated from workflow/accelpipe/workloads/{workload}/recipe.yaml by "
     "`python -m accelpipe.config.recipes docs`; edit the yaml, not this table -->"
 )
 END = "<!-- end of recipe table -->"
@@ -63,7 +63,7 @@ class Recipe:
 
 
 def recipe_path(workload: str) -> Path:
-    return RECIPES_DIR / f"{registry.workload(workload).name}_recipe.yaml"
+    return RECIPES_DIR / registry.workload(workload).name / "recipe.yaml"
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -1,9 +1,10 @@
 """The config schema, validation with defaults, and typed views of config slices.
 
-The schema (schemas/config.schema.yaml) is the single source of keys and
-defaults. Snakemake validates the whole config with `validate`; each rule then
-hands its own slice to the CLI as JSON, checked here against that stage's slice schema,
-and stages read it through the typed views of `accelpipe.config.settings`.
+The schema (schemas/config.schema.yaml, with each workload's block from its folder:
+workloads/<name>/schema.yaml) is the single source of keys and defaults. Snakemake
+validates the whole config with `validate`; each rule then hands its own slice to the CLI as
+JSON, checked here against that stage's slice schema, and stages read it through the typed
+views of `accelpipe.config.settings`.
 """
 
 from __future__ import annotations
@@ -20,18 +21,40 @@ from typing import Any, cast
 import jsonschema
 import yaml
 
-from accelpipe.config import grid, seeds
-from accelpipe.core import registry
+from accelpipe.config import grid, registry, seeds
 from accelpipe.core.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).parents[1] / "schemas" / "config.schema.yaml"
 FIGURES_SCHEMA_PATH = SCHEMA_PATH.parent / "reference_figures.schema.yaml"
 
 
+# A workload's part of the schema, in its folder (workloads/<name>/schema.yaml): its block
+# under `properties` and its definitions (`<name>_train`), merged in registry order.
+WORKLOAD_SCHEMA = "schema.yaml"
+
+
+def load(path: Path = SCHEMA_PATH) -> dict[str, Any]:
+    """The config schema: `path`'s shared keys and definitions, with every registered
+    workload's part added; a part that adds anything else, or a key already there, is a
+    ConfigError naming its file."""
+    root: dict[str, Any] = yaml.safe_load(path.read_text())
+    for name in registry.WORKLOADS:
+        part_path = registry.folder(name) / WORKLOAD_SCHEMA
+        part = yaml.safe_load(part_path.read_text()) or {}
+        extra = sorted(set(part) - {"definitions", "properties"})
+        if extra:
+            raise ConfigError(f"{part_path}: only definitions and properties, not {extra[0]!r}")
+        for section, entries in part.items():
+            taken = sorted(set(entries) & set(root[section]))
+            if taken:
+                raise ConfigError(f"{part_path}: {section}.{taken[0]} is already in the schema")
+            root[section].update(entries)
+    return root
+
+
 @cache
 def schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(SCHEMA_PATH.read_text())
-    return loaded
+    return load()
 
 
 def _resolve(node: dict[str, Any]) -> dict[str, Any]:

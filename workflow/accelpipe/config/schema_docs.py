@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from accelpipe.config import registry
+from accelpipe.config.schema import load as load_config_schema
 
 SCHEMA_PATH = Path(__file__).parents[1] / "schemas" / "config.schema.yaml"
 SCHEMA_NAME = "workflow/accelpipe/schemas/config.schema.yaml"
@@ -34,8 +35,8 @@ The config is validated against the schema,
 defaults are the reference recipe, and `config.yaml` only shrinks that recipe to minutes on
 a CPU (`.test/config.yaml`, the tests' tiny config, to seconds). An unknown or mistyped key
 stops the run before anything executes, with a message naming it, e.g. `invalid config:
-unknown config key 'unet2d.train.lrr'`. Any key can be overridden with `--config`, e.g.
-`--config backend=cuda` or `--config 'unet2d={{"train":{{"lr":0.0005}}}}'`; values given
+unknown config key '{workload}.train.lrr'`. Any key can be overridden with `--config`, e.g.
+`--config backend=cuda` or `--config '{workload}={{"train":{{"lr":0.0005}}}}'`; values given
 there as strings are converted to the schema's types.
 
 Each stage receives only its own slice of the config, so changing a key re-runs only the
@@ -261,14 +262,15 @@ def render(schema: dict[str, Any]) -> str:
     ref = Reference(schema)
     out = [
         "<!-- Generated from the config schema by `python -m accelpipe.config.schema_docs "
-        f"docs/configuration.md` ({REGENERATE}): edit {SCHEMA_NAME}, not this file. -->",
+        f"docs/configuration.md` ({REGENERATE}): edit {SCHEMA_NAME} or a "
+        "workload's workloads/<name>/schema.yaml, not this file. -->",
         "",
         "# Configuration reference",
         "",
     ]
     if description := " ".join(str(schema.get("description", "")).split()):
         out += [_prose(description), ""]
-    out += [INTRO.format(schema=SCHEMA_NAME), ""]
+    out += [INTRO.format(schema=SCHEMA_NAME, workload=next(iter(registry.WORKLOADS))), ""]
     top = schema.get("properties", {})
     scalars = [k for k, v in top.items() if not _is_block(ref.resolve(v))]
     if scalars:
@@ -301,7 +303,8 @@ def _is_block(node: dict[str, Any]) -> bool:
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    """The schema the config is validated against: `path` with each workload's block."""
+    return load_config_schema(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,9 @@ the config.
 
 The engines read `TrainSettings` (the keys every workload's train block has) and their own
 part of it (`TorchTrain`, `TFTrain`); each workload trains with its own class, which adds the
-keys only it has (`UNet2DTrain.oversampling`, `SegmenterTrain.scale_range`, ...).
+keys only it has; a workload's own classes (train, model, evaluate) live in its declaration
+(accelpipe.workloads.<name>.declaration), and accelpipe.config.views maps each workload to
+them.
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ import dataclasses
 import types
 import typing
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, Union
 
-from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 
 T = TypeVar("T")
@@ -129,170 +130,6 @@ class TFTrain(TrainSettings):
     deterministic: bool
 
 
-@dataclass(frozen=True)
-class UNet2DTrain(TorchTrain):
-    oversampling: float
-    augment: bool
-    # Not options of unet2d's schema: the reference's recipe is eager AdamW with no warmup
-    # (its schedules are constant or cosine, so no poly exponent applies).
-    compile: bool = field(default=False, init=False)
-    optimizer: str = field(default="adamw", init=False)
-    momentum: float = field(default=0.0, init=False)
-    warmup_epochs: float = field(default=0.0, init=False)
-    poly_power: float = field(default=1.0, init=False)
-
-
-@dataclass(frozen=True)
-class SwinUNETRTrain(TorchTrain):
-    num_samples: int
-    cache_rate: float
-    augment: bool
-    # Not options of swinunetr's schema: the BTCV recipe is eager AdamW; torch has no
-    # channels-last layout for its 3-D convolutions.
-    compile: bool = field(default=False, init=False)
-    channels_last: bool = field(default=False, init=False)
-    optimizer: str = field(default="adamw", init=False)
-    momentum: float = field(default=0.0, init=False)
-
-
-@dataclass(frozen=True)
-class ResNet50Train(TorchTrain):
-    label_smoothing: float
-
-
-@dataclass(frozen=True)
-class SSDTrain(TFTrain):
-    momentum: float
-    warmup_epochs: float
-
-
-@dataclass(frozen=True)
-class SegmenterTrain(TFTrain):
-    momentum: float
-    nesterov: bool
-    poly_power: float
-    min_lr: float
-    scale_range: tuple[float, float]
-
-
-# ------------------------------------------------------------------------------ model
-
-
-@dataclass(frozen=True)
-class UNet2DModel:
-    filters: tuple[int, ...]
-    strides: tuple[int, ...]
-    deep_supervision: bool
-    deep_supr_num: int
-
-
-@dataclass(frozen=True)
-class SwinUNETRModel:
-    roi: tuple[int, int, int]
-    feature_size: int
-    depths: tuple[int, ...]
-    num_heads: tuple[int, ...]
-    window_size: int
-    use_checkpoint: bool
-
-
-@dataclass(frozen=True)
-class ResNet50Model:
-    width: int
-    layers: tuple[int, int, int, int]
-    image_size: int
-
-
-@dataclass(frozen=True)
-class SSDModel:
-    width: int
-    pretrained: str  # mlperf | none | path:<...> (accelpipe.plan.pretrained)
-    cosine_begin: float
-    cosine_end: float
-
-
-@dataclass(frozen=True)
-class SegmenterModel:
-    encoder: str
-    decoder: str
-    image_size: int
-    pretrained: str  # augreg | none | path:<npz> (accelpipe.plan.pretrained)
-    drop_path: float
-    dropout: float
-    decoder_dropout: float
-
-
-MODEL_VIEWS: dict[str, type] = {
-    "unet2d": UNet2DModel,
-    "swinunetr": SwinUNETRModel,
-    "resnet50": ResNet50Model,
-    "ssd": SSDModel,
-    "segmenter": SegmenterModel,
-}
-
-
-# --------------------------------------------------------------------------- evaluate
-
-
-@dataclass(frozen=True)
-class UNet2DEvaluate:
-    batch_size: int
-
-
-@dataclass(frozen=True)
-class SwinUNETREvaluate:
-    sw_batch_size: int
-    overlap: float
-    mode: str
-    threshold: float
-
-
-@dataclass(frozen=True)
-class ResNet50Evaluate:
-    batch_size: int
-    loader_workers: int
-
-
-@dataclass(frozen=True)
-class SSDEvaluate:
-    batch_size: int
-    score_threshold: float
-    nms_iou: float
-    max_detections: int
-
-
-@dataclass(frozen=True)
-class SegmenterEvaluate:
-    short_side: int
-    stride: int | None
-    batch_size: int
-    prediction_images: int
-
-
-EVALUATE_VIEWS: dict[str, type] = {
-    "unet2d": UNet2DEvaluate,
-    "swinunetr": SwinUNETREvaluate,
-    "resnet50": ResNet50Evaluate,
-    "ssd": SSDEvaluate,
-    "segmenter": SegmenterEvaluate,
-}
-
-
-TRAIN_VIEWS: dict[str, type[TrainSettings]] = {
-    "unet2d": UNet2DTrain,
-    "swinunetr": SwinUNETRTrain,
-    "resnet50": ResNet50Train,
-    "ssd": SSDTrain,
-    "segmenter": SegmenterTrain,
-}
-
-
-def train_view(workload: str, data: Mapping[str, Any]) -> TrainSettings:
-    """The workload's train block as its own class (an unknown workload is refused)."""
-    name = registry.workload(workload).name
-    return view(TRAIN_VIEWS[name], data, where=f"{name}.train")
-
-
 TrainT = TypeVar("TrainT", bound=TrainSettings)
 
 
@@ -328,18 +165,6 @@ class TrainSlice(Mapping[str, Any]):
                 f"not {cls.__name__}"
             )
         return self.train
-
-
-def train_slice(workload: str, data: Mapping[str, Any]) -> TrainSlice:
-    """The validated train slice `data` of `workload`, viewed once (`TrainSlice`)."""
-    name = registry.workload(workload).name
-    return TrainSlice(
-        workload=name,
-        backend=data["backend"],
-        train=train_view(name, data["train"]),
-        profile=view(ProfileSettings, data["profile"], where=f"{name}.profile"),
-        sections=types.MappingProxyType(dict(data)),
-    )
 
 
 def common_train(data: Mapping[str, Any], where: str = "train") -> TrainSettings:

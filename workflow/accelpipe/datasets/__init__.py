@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from accelpipe.core import registry
+from accelpipe.config import registry
 
 if TYPE_CHECKING:
     from accelpipe.datasets.sources import RawSources

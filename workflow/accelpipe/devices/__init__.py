@@ -18,7 +18,7 @@ import resource
 from collections.abc import Mapping
 from typing import Any
 
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.core.errors import ConfigError
 
 BACKENDS = ("cpu", "cuda", "rocm", "gaudi")

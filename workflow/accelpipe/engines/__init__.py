@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from accelpipe.core import registry
+from accelpipe.config import registry
 
 if TYPE_CHECKING:
     from accelpipe.config.settings import TrainSettings

@@ -29,23 +29,23 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from accelpipe.config import registry
 from accelpipe.core import mllog
 
 log = logging.getLogger(__name__)
 DIVISION = mllog.OPEN  # not MLPerf's closed division: our models and data pipelines are our own
 STATUS = "research"  # MLPerf's submission_status for a system not offered on-premise or cloud
 ORG = "accelpipe"
-# MLPerf's name of the benchmark a workload is (submission_benchmark: its checker, result
-# summarizer and RCP checker look the name up); the workloads that are none log their own name
-MLPERF_BENCHMARKS = {"resnet50": "resnet", "ssd": "ssd"}
 # MLPerf's cache_clear says whether the OS caches were dropped before the run: accelpipe does not
 # drop them (that needs root), so the log says so
 CACHE_CLEARED = False
 
 
 def benchmark_name(workload: str) -> str:
-    """submission_benchmark of a workload's log: MLPerf's name where it is an MLPerf benchmark."""
-    return MLPERF_BENCHMARKS.get(workload, workload)
+    """submission_benchmark of a workload's log: MLPerf's name where it is an MLPerf benchmark
+    (its declaration's `mlperf_benchmark`: MLPerf's checker, result summarizer and RCP checker
+    look the name up), else the workload's own name."""
+    return registry.workload(workload).mlperf_benchmark or workload
 
 
 def mlperf_facts(

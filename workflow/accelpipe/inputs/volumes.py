@@ -30,7 +30,7 @@ KEYS = ("image", "label")
 
 @dataclass(frozen=True)
 class VolumeSettings:
-    """What shapes a volume before the network sees it (`swinunetr.transforms` + roi)."""
+    """What shapes a volume before the network sees it (the workload's `transforms` block + roi)."""
 
     spacing: tuple[float, float, float]
     hu_range: tuple[float, float]

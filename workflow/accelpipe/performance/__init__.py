@@ -5,7 +5,7 @@ One home per job, each module pure functions over a run's files, no framework:
 
 - `steps`: the step statistics over train_log.csv (throughput, per-step spread, data wait,
   the stage's throughput and attempts, the profiled step against the measured one);
-- `figures`: the catalogue of published figures (reference_figures.yaml) and a run's ratio
+- `figures`: the catalogue of published figures (each workload's published.yaml) and a run's ratio
   to the one that matches it;
 - `compute`: FLOPs per sample, model TFLOP/s, MFU and the fraction of the matmul ceiling;
 - `energy`: the measured steps' joules, per 1,000 samples and as mean watts;

@@ -1,6 +1,7 @@
-"""The catalogue of published figures (reference_figures.yaml, checked against its schema)
-and a run's ratio to the one that matches its workload, precision and device family: whether
-it is comparable (the figure's conditions match the run's) or indicative, and why.
+"""The catalogue of published figures (each workload's published.yaml, checked against
+schemas/reference_figures.schema.yaml) and a run's ratio to the one that matches its workload,
+precision and device family: whether it is comparable (the figure's conditions match the
+run's) or indicative, and why.
 
 The publish slice carries the workload's figures (`figures_for`), so that a changed figure
 re-runs publish, which reads them from there, and provenance.json records them. Snakemake
@@ -17,16 +18,14 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelpipe.config import recipes
-from accelpipe.core import registry
+from accelpipe.config import recipes, registry
 from accelpipe.core.errors import DataError
 from accelpipe.devices import device_family, peaks
 
 PACKAGE_DIR = Path(__file__).parent.parent
-REFERENCE_FIGURES = PACKAGE_DIR / "reference_figures.yaml"
 _SCHEMA = PACKAGE_DIR / "schemas" / "reference_figures.schema.yaml"
 
-# How a published figure was computed (reference_figures.yaml's `computed`, its schema's enum):
+# How a published figure was computed (a figure's `computed`, its schema's enum):
 # what the ratio note says of it. Ours is DEFINITIONS["throughput"], samples_over_time.
 COMPUTED = {
     "samples_over_time": "samples over the wall time of the measured steps",
@@ -37,15 +36,6 @@ COMPUTED = {
     "unknown": "computed in a way its source does not say",
 }
 OURS_COMPUTED = "samples_over_time"
-# Each workload's input pipeline, as a figure's `loader` names it (performance.json compares
-# them; kept here, not in the registry, so that only the stages reading figures re-run on it).
-LOADERS = {
-    "unet2d": "torch DataLoader",
-    "swinunetr": "torch DataLoader",  # MONAI's CacheDataset in its DataLoader (a torch one)
-    "resnet50": "torch DataLoader",
-    "ssd": "tf.data",
-    "segmenter": "tf.data",
-}
 # Device families whose fp32 products run as TF32 where the framework allows it: NVIDIA's TF32
 # figures count as fp32 there, and a run with TF32 off is not like for like.
 TF32_FAMILIES = ("A100", "H100", "H200")
@@ -54,7 +44,7 @@ TF32_FAMILIES = ("A100", "H100", "H200")
 @dataclass(frozen=True)
 class Figure:
     """A published throughput and the conditions it was measured under
-    (reference_figures.yaml explains the fields)."""
+    (schemas/reference_figures.schema.yaml explains the fields)."""
 
     workload: str
     samples_per_s: float
@@ -69,21 +59,21 @@ class Figure:
     computed: str  # a key of COMPUTED
     software: str
     # the release or commit of the code and recipe it ran: the workload's recipe id
-    # (workloads/<workload>_recipe.yaml) where it is the one our defaults follow
+    # (workloads/<workload>/recipe.yaml) where it is the one our defaults follow
     recipe: str
     note: str = ""
     computed_note: str = ""
 
 
-@cache
-def load_figures(path: Path = REFERENCE_FIGURES) -> tuple[Figure, ...]:
-    """The published figures in `path`, checked against their schema; a bad entry fails
-    with one DataError naming the file and the key."""
+def _figure_entries(path: Path) -> list[dict[str, Any]]:
+    """The `figures` of `path`, checked against their schema; a bad entry fails with one
+    DataError naming the file and the key."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as err:
         reason = " ".join(str(err).split())  # YAML's messages span lines
         raise DataError(f"{path}: cannot read the reference figures ({reason})") from None
+    data = {"figures": data.get("figures")}
     validator = jsonschema.Draft7Validator(yaml.safe_load(_SCHEMA.read_text()))
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:
@@ -95,7 +85,26 @@ def load_figures(path: Path = REFERENCE_FIGURES) -> tuple[Figure, ...]:
                 f"{path}: key 'figures.{i}.workload': unknown workload {entry['workload']!r} "
                 f"({', '.join(registry.WORKLOADS)})"
             )
-    return tuple(Figure(**entry) for entry in data["figures"])
+    entries: list[dict[str, Any]] = data["figures"]
+    return entries
+
+
+@cache
+def load_figures(path: Path | None = None) -> tuple[Figure, ...]:
+    """The published figures of every workload (its published.yaml's `figures`, in registry
+    order; `path`: one file holding them all instead), each checked against their schema."""
+    files = [path] if path is not None else [registry.published(n) for n in registry.WORKLOADS]
+    return tuple(Figure(**entry) for file in files for entry in _figure_entries(file))
+
+
+@cache
+def figure_loader(workload: str) -> str:
+    """The workload's input pipeline, as a figure's `loader` names it (its published.yaml:
+    only the stages that read figures re-run on it)."""
+    data = yaml.safe_load(registry.published(workload).read_text()) or {}
+    if not isinstance(data.get("loader"), str):
+        raise DataError(f"{registry.published(workload)}: key 'loader': a string, e.g. tf.data")
+    return str(data["loader"])
 
 
 def figures_for(workload: str) -> list[dict[str, Any]]:
@@ -214,7 +223,7 @@ def reference(
         return None, f"no published figure for {workload} at {precision} on {family}"
     world = train["world_size"]
     batch = train["global_batch"] / world
-    loader = LOADERS[workload]
+    loader = figure_loader(workload)
     scored = [(f, differences(f, train, family, data, loader)) for f in matches]
     figure, listed = min(
         scored,

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from accelpipe import REPO
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.core.codegraph import executed_digest, stage_code
 from accelpipe.core.errors import ConfigError
 from accelpipe.stages import entry_modules

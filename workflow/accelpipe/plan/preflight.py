@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from accelpipe.config import registry
 from accelpipe.config.schema import run_names, run_train
-from accelpipe.core import containers, registry
+from accelpipe.core import containers
 from accelpipe.devices import workload_precision
 from accelpipe.plan import stage_config, targets
 

@@ -4,13 +4,14 @@ it while planning (the stage itself is accelpipe.weights).
 
 A workload that starts from a pretrained network names the source in
 `<workload>.model.pretrained`: its family's official files (`weights.<family>.<official>`),
-`path:<location>` (a copy, for sites without internet) or `none` (random init). Each source,
-with the model setting that picks the file (segmenter's encoder), is one folder
+`path:<location>` (a copy, for sites without internet) or `none` (random init); its family
+is in its declaration (`Workload.pretrained`). Each source, with the model setting that picks
+the file (a ViT encoder's size), is one folder
 `<data_root>/weights/<name>/`, made once by the weights stage and shared by every run (and
 every workflow on the same data_root) that starts from it:
 
-- `resnet34-mlperf`, `resnet34-path-<hash>`: ssd's backbone;
-- `vit-<encoder>-augreg`, `vit-<encoder>-path-<hash>`: segmenter's encoder.
+- `resnet34-mlperf`, `resnet34-path-<hash>`: a ResNet-34 backbone;
+- `vit-<encoder>-augreg`, `vit-<encoder>-path-<hash>`: a ViT encoder.
 
 `<hash>` is the first 12 hex digits of the sha256 of the location, so two copies never share
 a folder and a run name stays free of the path.
@@ -19,36 +20,24 @@ a folder and a run name stays free of the path.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
+from accelpipe.config import registry
+from accelpipe.config.declare import Pretrained
 from accelpipe.config.schema import run_model, run_names
-from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 
 NONE = "none"
 PATH = "path:"
 
 
-@dataclass(frozen=True)
-class Family:
-    """The pretrained network a workload's model starts from."""
-
-    workload: str
-    family: str  # its key under `weights:` and the start of its folder names
-    official: str  # the official source's name, a key under `weights.<family>`
-    picked_by: str | None = None  # the model key that picks the official file (one per value)
-    # what the official files must be to fit the model (model key -> value), else ConfigError
-    needs: tuple[tuple[str, Any], ...] = ()
-
-
-FAMILIES = {
-    "ssd": Family("ssd", "resnet34", "mlperf", needs=(("width", 64),)),
-    "segmenter": Family("segmenter", "vit", "augreg", picked_by="encoder"),
+# The workloads whose model starts from a pretrained network, and its family (each declares it).
+FAMILIES: dict[str, Pretrained] = {
+    name: w.pretrained for name, w in registry.WORKLOADS.items() if w.pretrained is not None
 }
 
 
-def family(workload: str) -> Family | None:
+def family(workload: str) -> Pretrained | None:
     return FAMILIES.get(workload)
 
 
@@ -126,11 +115,13 @@ def weights_slice(config: dict[str, Any], name: str) -> dict[str, Any]:
     if fam.picked_by is not None:
         slice_[fam.picked_by] = model[fam.picked_by]
     if source == fam.official:
-        slice_["files"] = _official_files(config, fam, model)
+        slice_["files"] = _official_files(config, workload, fam, model)
     return slice_
 
 
-def _official_files(config: dict[str, Any], fam: Family, model: dict[str, Any]) -> dict:
+def _official_files(
+    config: dict[str, Any], workload: str, fam: Pretrained, model: dict[str, Any]
+) -> dict:
     files = config["weights"][fam.family][fam.official]
     if fam.picked_by is None:
         return dict(files)
@@ -139,8 +130,8 @@ def _official_files(config: dict[str, Any], fam: Family, model: dict[str, Any]) 
     if one["url"] is None:
         raise ConfigError(
             f"config key 'weights.{fam.family}.{fam.official}.{pick}.url': no {fam.official} "
-            f"weights are published for {fam.workload}.model.{fam.picked_by} {pick}; set "
-            f"{fam.workload}.model.pretrained to path:<file> or none, or give the url"
+            f"weights are published for {workload}.model.{fam.picked_by} {pick}; set "
+            f"{workload}.model.pretrained to path:<file> or none, or give the url"
         )
     return {"npz": one}
 

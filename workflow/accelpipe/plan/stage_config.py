@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelpipe.config import registry
 from accelpipe.config.schema import (
     EVAL_IN_TRAINING_SECTIONS,
     EVAL_OUTSIDE_TRAIN_KEY,
@@ -19,7 +20,7 @@ from accelpipe.config.schema import (
     run_model,
     run_train,
 )
-from accelpipe.core import provenance, registry
+from accelpipe.core import provenance
 from accelpipe.core.errors import AccelpipeError
 from accelpipe.core.redact import redact_data
 from accelpipe.performance.figures import figures_for

@@ -1,8 +1,8 @@
 """Which targets can exist under a config, checked while Snakemake plans, before any job runs.
 
 A result folder is `results/<workload>/<run>`: a name in `<workload>.runs`, a run of
-`<workload>.grid` or of `<workload>.seeds`; a workload that cross-validates (unet2d,
-`<workload>.folds`) trains each of them once per fold, `<run>/fold<k>` and their mean
+`<workload>.grid` or of `<workload>.seeds`; a workload that cross-validates
+(`<workload>.folds`) trains each of them once per fold, `<run>/fold<k>` and their mean
 `<run>/cv` (the run named `default`: `fold<k>` and `cv`). Data folders are
 `data/raw/<dataset>` and `data/prepared/<dataset>/<variant>` of a workload's dataset.
 `buildable` lists every target these checks accept (`accelpipe targets`).
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from accelpipe.config import registry
 from accelpipe.config.grid import expand as expand_grid
 from accelpipe.config.schema import DEFAULT_RUN, fold_run, run_names, split_fold
 from accelpipe.config.seeds import expand as expand_seeds
-from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 
 
@@ -28,6 +28,14 @@ def workload_data(workload: str) -> tuple[str, str]:
     """The (dataset, variant) a workload trains on; an unknown workload is refused."""
     entry = registry.workload(workload)
     return entry.dataset, entry.variant
+
+
+def default_target(config: dict[str, Any]) -> str:
+    """The default job's result folder: the first registered workload's run named default
+    (its fold 0 where it cross-validates)."""
+    name = next(iter(registry.WORKLOADS))
+    run = fold_run(DEFAULT_RUN, 0) if "folds" in config[name] else DEFAULT_RUN
+    return f"results/{name}/{run}"
 
 
 def check_run(config: dict[str, Any], workload: str, run: str) -> None:

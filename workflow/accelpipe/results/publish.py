@@ -8,7 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from accelpipe.core import mllog, provenance, registry
+from accelpipe.config import registry
+from accelpipe.core import mllog, provenance
 from accelpipe.core.errors import DataError
 from accelpipe.core.io import atomic_path, read_json, write_json
 from accelpipe.engines import MEMORY_SNAPSHOT, PROFILER_TABLES

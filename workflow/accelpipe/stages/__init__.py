@@ -9,6 +9,7 @@ graph (codegraph.py) of the CLI, the stage's module and that dataset or workload
 from __future__ import annotations
 
 from accelpipe import engines
+from accelpipe.workloads.base import module_name as workload_module
 
 # stage (the CLI's sub-command) -> module holding `run_<stage>` (dashes as underscores)
 MODULES = {
@@ -45,7 +46,8 @@ def entry_modules(stage: str, plugin: str | None = None) -> list[str]:
     if stage in _PLUGINS:
         if plugin is None:
             raise ValueError(f"stage {stage!r} needs its {_PLUGINS[stage][:-1]} name")
-        entries.append(f"accelpipe.{_PLUGINS[stage]}.{plugin}")
         if _PLUGINS[stage] == "workloads":
-            entries.append(engines.for_workload(plugin).module)
+            entries += [workload_module(plugin), engines.for_workload(plugin).module]
+        else:
+            entries.append(f"accelpipe.{_PLUGINS[stage]}.{plugin}")
     return entries

@@ -10,12 +10,13 @@ import logging
 import time
 from pathlib import Path
 
-from accelpipe import engines, workloads
+from accelpipe import engines
 from accelpipe.config import quality
 from accelpipe.config.schema import stage_slice
 from accelpipe.core import provenance
 from accelpipe.core.io import atomic_path, read_json, write_json
 from accelpipe.engines import scalars
+from accelpipe.workloads import base as workloads
 
 log = logging.getLogger("accelpipe")
 

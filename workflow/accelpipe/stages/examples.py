@@ -12,6 +12,10 @@ import json
 import shlex
 from typing import Any
 
+from accelpipe.config import registry
+from accelpipe.config.declare import Workload
+from accelpipe.config.schema import schema
+
 
 def command(*argv: Any) -> str:
     """`accelpipe <argv>` as a shell line; a dict is its JSON (a --config-json slice)."""
@@ -19,19 +23,36 @@ def command(*argv: Any) -> str:
     return shlex.join(["accelpipe", *words])
 
 
-_RUN = ("--workload", "resnet50", "--run", "fp32", "--prepared", "data/prepared/imagenet/index")
-_WORK = "work/resnet50/fp32"
-_FOLDS = [f"results/unet2d/fold{k}" for k in range(5)]
-_GRID = [f"results/segmenter/decoder-{d}_lr-0p05" for d in ("mask", "linear")]
-_ROWS = [f"work/resnet50/benchmark/{p}-b32" for p in ("bf16", "fp32")]
-_SEEDS = [f"results/resnet50/fp32-seed{k}" for k in range(1, 6)]
+def _example() -> Workload:
+    """The workload the examples show: the first that names example runs."""
+    return next(w for w in registry.WORKLOADS.values() if w.examples.runs)
+
+
+def _cross_validated() -> str:
+    """The first workload whose runs are cross-validated (its block has `folds`)."""
+    blocks = schema()["properties"]
+    return next(n for n in registry.WORKLOADS if "folds" in blocks[n]["properties"])
+
+
+_W = _example()
+_RUN_NAME = _W.examples.runs[0]
+_GRIDDED = next(w for w in registry.WORKLOADS.values() if w.examples.grid_runs)
+_CV = _cross_validated()
+_PREPARED = f"data/prepared/{_W.dataset}/{_W.variant}"
+_RUN = ("--workload", _W.name, "--run", _RUN_NAME, "--prepared", _PREPARED)
+_WORK = f"work/{_W.name}/{_RUN_NAME}"
+_RESULTS = f"results/{_W.name}"
+_FOLDS = [f"results/{_CV}/fold{k}" for k in range(5)]
+_GRID = [f"results/{_GRIDDED.name}/{run}" for run in _GRIDDED.examples.grid_runs]
+_ROWS = [f"work/{_W.name}/benchmark/{p}-b32" for p in ("bf16", "fp32")]
+_SEEDS = [f"{_RESULTS}/{_RUN_NAME}-seed{k}" for k in range(1, 6)]
 _PUBLISH_SLICE = {
     "backend": "cpu",
     "runtime": "local",
-    "datasets": {"imagenet": {}},
+    "datasets": {_W.dataset: {}},
     "performance": {},
     "reference_figures": [],
-    "resnet50": {},
+    _W.name: {},
 }
 
 # stage -> (example command lines, the output of the rule that runs it, or None)
@@ -99,50 +120,46 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
     "publish": (
         [
             command(
-                *("publish", "--workload", "resnet50", "--raw", "data/raw/imagenet"),
-                *("--prepared", "data/prepared/imagenet/index", "--model", f"{_WORK}/train"),
+                *("publish", "--workload", _W.name, "--raw", f"data/raw/{_W.dataset}"),
+                *("--prepared", _PREPARED, "--model", f"{_WORK}/train"),
                 *("--eval", f"{_WORK}/eval", "--trace", f"{_WORK}/trace"),
-                *("--config-json", _PUBLISH_SLICE, "--out", "results/resnet50/fp32"),
+                *("--config-json", _PUBLISH_SLICE, "--out", f"{_RESULTS}/{_RUN_NAME}"),
             )
         ],
-        "results/resnet50/fp32",
+        f"{_RESULTS}/{_RUN_NAME}",
     ),
     "aggregate": (
-        [command("aggregate", "--runs", *_FOLDS, "--out", "results/unet2d/cv")],
-        "results/unet2d/cv",
+        [command("aggregate", "--runs", *_FOLDS, "--out", f"results/{_CV}/cv")],
+        f"results/{_CV}/cv",
     ),
     "grid": (
         [
             command(
-                *("grid", "--workload", "segmenter"),
-                *("--config-json", {"keys": ["model.decoder", "train.lr"]}),
-                *("--runs", *_GRID, "--out", "results/segmenter/grid"),
+                *("grid", "--workload", _GRIDDED.name),
+                *("--config-json", {"keys": list(_GRIDDED.examples.grid_keys)}),
+                *("--runs", *_GRID, "--out", f"results/{_GRIDDED.name}/grid"),
             )
         ],
-        "results/segmenter/grid",
+        f"results/{_GRIDDED.name}/grid",
     ),
     "ttt": (
-        [
-            command(
-                "ttt", "--workload", "resnet50", "--runs", *_SEEDS, "--out", "results/resnet50/ttt"
-            )
-        ],
-        "results/resnet50/ttt",
+        [command("ttt", "--workload", _W.name, "--runs", *_SEEDS, "--out", f"{_RESULTS}/ttt")],
+        f"{_RESULTS}/ttt",
     ),
     "benchmark": (
         [
             command(
-                *("benchmark", "--workload", "resnet50", "--config-json", {"warmup_steps": 10}),
-                *("--rows", *_ROWS, "--out", "results/resnet50/benchmark"),
+                *("benchmark", "--workload", _W.name, "--config-json", {"warmup_steps": 10}),
+                *("--rows", *_ROWS, "--out", f"{_RESULTS}/benchmark"),
             )
         ],
-        "results/resnet50/benchmark",
+        f"{_RESULTS}/benchmark",
     ),
     "compare": (
         [
             command(
                 *("compare", "--config-json", {"cost": {"per_hour": {"cuda": 2.5}}}),
-                *("--runs", "results/resnet50/bf16", "results/resnet50/fp32"),
+                *("--runs", *(f"{_RESULTS}/{run}" for run in sorted(_W.examples.runs))),
                 *("--out", "results/compare"),
             )
         ],
@@ -163,7 +180,7 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
             command("targets"),
             command(
                 *("targets", "--configfile", ".test/config.yaml"),
-                *("--config", "resnet50={runs: {fp16: {precision: fp16}}}", "--json"),
+                *("--config", f"{_W.name}={{runs: {{fp16: {{precision: fp16}}}}}}", "--json"),
             ),
         ],
         None,

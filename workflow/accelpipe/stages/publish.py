@@ -9,8 +9,8 @@ import logging
 from pathlib import Path
 
 from accelpipe import engines
+from accelpipe.config import registry
 from accelpipe.config.schema import stage_slice
-from accelpipe.core import registry
 from accelpipe.results import benchmark, ttt
 from accelpipe.results.leaderboard import rank_runs
 from accelpipe.results.publish import aggregate_folds, publish_run

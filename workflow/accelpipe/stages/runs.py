@@ -21,7 +21,7 @@ from typing import Any
 
 from accelpipe.compare.rows import config_state, read_row
 from accelpipe.compare.runs import PERFORMANCE, PROVENANCE, is_finished, run_folders, run_of
-from accelpipe.core import registry
+from accelpipe.config import registry
 from accelpipe.core.errors import AccelpipeError
 from accelpipe.core.provenance import SHORT_HASH
 from accelpipe.plan import stage_config
@@ -170,7 +170,7 @@ def run_runs(args: argparse.Namespace) -> None:
     elif not rows:
         print(
             f"no runs in {results}/ (no {results}/<workload>/<run>/ folder): make one with "
-            "e.g. `snakemake results/resnet50/fp32`; `accelpipe targets` lists them"
+            "`snakemake results/<workload>/<run>`; `accelpipe targets` lists them"
         )
     else:
         print(_table(rows, unchecked))

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.compare.runs import finished_runs
+from accelpipe.config import registry
 from accelpipe.config.schema import validate
-from accelpipe.core import registry
 from accelpipe.core.errors import ConfigError
 from accelpipe.plan import targets
 

@@ -13,16 +13,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from accelpipe import engines, workloads
+from accelpipe import engines
+from accelpipe.config import registry
 from accelpipe.config.runtime import with_eval_settings
 from accelpipe.config.schema import stage_slice
-from accelpipe.config.settings import TrainSettings, TrainSlice, train_slice
-from accelpipe.core import provenance, registry
+from accelpipe.config.settings import TrainSettings, TrainSlice
+from accelpipe.config.views import train_slice
+from accelpipe.core import provenance
 from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import host
 from accelpipe.engines import attempts
 from accelpipe.launch import lifeline, workers
+from accelpipe.workloads import base as workloads
 
 
 def resume_dir(out: Path, args: argparse.Namespace) -> Path:

@@ -18,13 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from accelpipe.config.settings import (
-    ResNet50Evaluate,
-    ResNet50Model,
-    ResNet50Train,
-    TrainSlice,
-    view,
-)
+from accelpipe.config.settings import TrainSlice, view
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device
 from accelpipe.engines.evaluations import in_training_eval
@@ -33,7 +27,8 @@ from accelpipe.inputs.imagefolder import EvalTransform, IndexedImages, TrainTran
 from accelpipe.launch import torch_launch
 from accelpipe.models.metrics import topk_correct
 from accelpipe.models.resnet50 import ResNet
-from accelpipe.workloads import no_starting_weights
+from accelpipe.workloads.base import no_starting_weights
+from accelpipe.workloads.resnet50.declaration import ResNet50Evaluate, ResNet50Model, ResNet50Train
 
 TOPK = (1, 5)
 

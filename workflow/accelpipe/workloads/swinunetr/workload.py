@@ -25,7 +25,7 @@ from accelpipe.devices import tensorboard_stub  # noqa: F401  before MONAI: see 
 from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 
-from accelpipe.config.settings import SwinUNETREvaluate, SwinUNETRTrain, TrainSlice, view
+from accelpipe.config.settings import TrainSlice, view
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device, workload_auto
 from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
@@ -34,7 +34,8 @@ from accelpipe.inputs import volumes
 from accelpipe.launch import torch_launch
 from accelpipe.models.metrics import dice_per_class
 from accelpipe.models.swinunetr import build_model
-from accelpipe.workloads import no_starting_weights
+from accelpipe.workloads.base import no_starting_weights
+from accelpipe.workloads.swinunetr.declaration import SwinUNETREvaluate, SwinUNETRTrain
 
 # What "auto" means for this workload (its registry entry: fp16 on rocm), handed to the engine.
 AUTO_PRECISION = workload_auto("swinunetr")

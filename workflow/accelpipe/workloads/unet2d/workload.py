@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from accelpipe.config.schema import split_fold
-from accelpipe.config.settings import TrainSlice, UNet2DEvaluate, UNet2DModel, UNet2DTrain, view
+from accelpipe.config.settings import TrainSlice, view
 from accelpipe.core.errors import ConfigError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device
@@ -33,7 +33,8 @@ from accelpipe.launch import torch_launch
 from accelpipe.models.dynunet2d import DynUNet2D
 from accelpipe.models.losses import DeepSupervisionLoss, DiceCELoss
 from accelpipe.models.metrics import dice_per_class
-from accelpipe.workloads import no_starting_weights
+from accelpipe.workloads.base import no_starting_weights
+from accelpipe.workloads.unet2d.declaration import UNet2DEvaluate, UNet2DModel, UNet2DTrain
 
 
 def fold_of(run: str, n_folds: int) -> int:

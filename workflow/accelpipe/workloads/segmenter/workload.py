@@ -25,13 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from accelpipe.config.settings import (
-    SegmenterEvaluate,
-    SegmenterModel,
-    SegmenterTrain,
-    TrainSlice,
-    view,
-)
+from accelpipe.config.settings import TrainSlice, view
 from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.core.keras2 import keras, tf
@@ -47,6 +41,11 @@ from accelpipe.models import segmenter, vit_npz
 from accelpipe.models.metrics import SegmentationCounts
 from accelpipe.models.segmentation_loss import segmentation_loss
 from accelpipe.models.ssd_loss import l2_loss
+from accelpipe.workloads.segmenter.declaration import (
+    SegmenterEvaluate,
+    SegmenterModel,
+    SegmenterTrain,
+)
 
 log = logging.getLogger(__name__)
 # architecture facts the train stage records and evaluation rebuilds the model from

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from accelpipe.config.settings import SSDEvaluate, SSDModel, SSDTrain, TrainSlice, view
+from accelpipe.config.settings import TrainSlice, view
 from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.core.keras2 import keras, tf
@@ -35,6 +35,7 @@ from accelpipe.models import ssd_resnet34
 from accelpipe.models.ssd_boxes import default_boxes
 from accelpipe.models.ssd_loss import l2_loss, ssd_loss
 from accelpipe.models.ssd_postprocess import decode_detections
+from accelpipe.workloads.ssd.declaration import SSDEvaluate, SSDModel, SSDTrain
 
 log = logging.getLogger(__name__)
 _COCO_STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl")

@@ -1,0 +1,60 @@
+"""swinunetr: what the workflow knows of it before any framework loads (the registry's entry, its
+settings views). MONAI SwinUNETR on NSCLC-Radiomics, PyTorch.
+
+Its framework module is `workload` (train, evaluate); its data files beside this one:
+schema.yaml (its config block), published.yaml (quality target, published figures, loader),
+recipe.yaml (the reference recipe its defaults follow). No framework: Snakemake imports this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from accelpipe.config.declare import Workload
+from accelpipe.config.settings import TorchTrain
+
+
+@dataclass(frozen=True)
+class SwinUNETRTrain(TorchTrain):
+    num_samples: int
+    cache_rate: float
+    augment: bool
+    # Not options of swinunetr's schema: the BTCV recipe is eager AdamW; torch has no
+    # channels-last layout for its 3-D convolutions.
+    compile: bool = field(default=False, init=False)
+    channels_last: bool = field(default=False, init=False)
+    optimizer: str = field(default="adamw", init=False)
+    momentum: float = field(default=0.0, init=False)
+
+
+@dataclass(frozen=True)
+class SwinUNETRModel:
+    roi: tuple[int, int, int]
+    feature_size: int
+    depths: tuple[int, ...]
+    num_heads: tuple[int, ...]
+    window_size: int
+    use_checkpoint: bool
+
+
+@dataclass(frozen=True)
+class SwinUNETREvaluate:
+    sw_batch_size: int
+    overlap: float
+    mode: str
+    threshold: float
+
+
+WORKLOAD = Workload(
+    "swinunetr",
+    "nsclc",
+    "nifti",
+    "pytorch",
+    ("datalist.json",),
+    "mean_dice",
+    train=SwinUNETRTrain,
+    model=SwinUNETRModel,
+    evaluate=SwinUNETREvaluate,
+    # the seed measured bf16 slower than fp16 on MI300X
+    auto_precision={"rocm": "fp16"},
+)
