@@ -81,7 +81,7 @@ class DeepSupervisionLoss(nn.Module):
     21.02's ``compute_loss`` (commit 2b20ca80, the recipe we follow) and Habana's port of it,
     1.875 for three heads. It is not the sum of the weights, 1.75, which NVIDIA divides by
     from 21.11 on (db06ff53); we keep 21.02's so loss curves compare with that recipe
-    (workloads/unet2d/recipe.yaml).
+    (the nnU-Net 2D workload's recipe.yaml).
     """
 
     def __init__(self, loss: nn.Module) -> None:

@@ -4,7 +4,7 @@ loads (`<data_root>/weights/<name>/weights.npz`, models.pretrained_npz), cached 
 `make(cfg, out, downloads)` takes the slice accelpipe.plan.pretrained.weights_slice builds:
 
 - `family`: `resnet34` (a detector's backbone: a TF checkpoint, in the reference's TF1 naming
-  or our own) or `vit` (a segmenter's encoder: an npz in the original ViT / AugReg layout),
+  or our own) or `vit` (a ViT encoder: an npz in the original ViT / AugReg layout),
   plus `encoder`;
 - `source`: the official one (`mlperf`, `augreg`; its `files` are downloaded into `downloads`:
   resumable, locked, the md5 or sha256 checked on disk), or `path:<location>` (read in place).
