@@ -178,7 +178,7 @@ def _planned_with(project: Project, module: str, edit) -> dict[str, int]:
         ("datasets/msd.py", DATA_AND_AFTER),
         ("traces", TRACE_AND_AFTER),  # the package's __init__ (or module)
         ("results/publish.py", {"publish_run"}),
-        ("workloads/resnet50.py", set()),  # not imported by any unet2d stage
+        ("workloads/resnet50/workload.py", set()),  # not imported by any unet2d stage
         ("datasets/tcia.py", set()),
     ],
 )
