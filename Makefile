@@ -11,6 +11,9 @@ BIN := $(CURDIR)/$(VENV)/bin
 CORES ?= $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
 # pytest processes (pytest-xdist, a test file per process at a time; tests/conftest.py): `make test TEST_WORKERS=1`
 TEST_WORKERS ?= 2
+# Each suite's JUnit report: `python scripts/test_durations.py .test-reports/main.xml` refreshes
+# the seconds per test file that the scheduler starts the longest first by (tests/durations.json).
+REPORTS := .test-reports
 TARGET ?= results/unet2d/fold0
 export PATH := $(BIN):$(PATH)
 
@@ -77,7 +80,7 @@ test: venv
 	@$(TIMED) mypy $(BIN)/mypy
 	@$(TIMED) snakefmt $(BIN)/snakefmt --check Snakefile rules/
 	@$(TIMED) snakemake-lint $(BIN)/snakemake --lint
-	@$(TIMED) pytest $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	@$(TIMED) pytest $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --junitxml=$(REPORTS)/main.xml
 	@$(TIMED) test-tf215 $(MAKE) test-tf215
 	@$(TIMED) test-tf217 $(MAKE) test-tf217
 	@$(TIMED) test-torch26 $(MAKE) test-torch26
@@ -86,16 +89,19 @@ test: venv
 # The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15.
 TF_TESTS = $(shell grep -rl '^pytestmark = pytest.mark.tensorflow' tests)
 test-tf215: venv-tf215
-	$(VENV_TF215)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(TF_TESTS)
+	$(VENV_TF215)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+		--junitxml=$(REPORTS)/tf215.xml $(TF_TESTS)
 
 # The same tests under TF 2.17 / Python 3.10 (the rocm-tensorflow image's release).
 test-tf217: venv-tf217
-	$(VENV_TF217)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(TF_TESTS)
+	$(VENV_TF217)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+		--junitxml=$(REPORTS)/tf217.xml $(TF_TESTS)
 
 # The PyTorch tests (modules marked `pytestmark = pytest.mark.torch`) under torch 2.6 / Python 3.10.
 TORCH_TESTS = $(shell grep -rl --include='*.py' '^pytestmark = pytest.mark.torch' tests)
 test-torch26: venv-torch26
-	$(VENV_TORCH26)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(TORCH_TESTS)
+	$(VENV_TORCH26)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+		--junitxml=$(REPORTS)/torch26.xml $(TORCH_TESTS)
 
 lint: venv
 	$(BIN)/ruff check .
