@@ -116,3 +116,16 @@ def test_a_failing_preflight_stops_the_run_before_training(
     assert not (project.root / "work/preflight/cuda-pytorch.json").exists()  # no stale pass
     log = (project.root / "logs/preflight/cuda-pytorch.log").read_text()
     assert "problem  driver" in log and "| fix: install the NVIDIA driver" in log
+
+
+def test_a_grid_given_on_the_command_line_plans(fresh: Project) -> None:
+    """The command line issue 33 named, word for word: --config's nested values reach the
+    config as strings ('0.0001'), typed as the key the grid varies (a number)."""
+    proc = fresh.snakemake(
+        "--dry-run",
+        "results/unet2d/grid",
+        "--config",
+        'unet2d={"grid":{"train.lr":[0.0001,0.001]}}',
+    )
+    out = proc.stdout + proc.stderr
+    assert "results/unet2d/lr-0p0001/fold0" in out and "results/unet2d/lr-0p001/fold0" in out

@@ -12,6 +12,7 @@ from accelpipe.config import registry
 from accelpipe.config.schema import (
     load,
     load_slice,
+    run_names,
     run_train,
     slice_schema,
     validate,
@@ -227,3 +228,27 @@ def test_the_loaded_schema_holds_each_workload_s_block_and_train_definition() ->
         }
         assert f"{name}_train" in loaded["definitions"]
     assert list(loaded["properties"])[-len(registry.WORKLOADS) :] == list(registry.WORKLOADS)
+
+
+def test_grid_values_given_as_text_are_typed_as_the_key_they_vary() -> None:
+    """Snakemake's --config reads nested values with YAML's BaseLoader, so
+    `unet2d={"grid":{"train.lr":[0.0001,0.001]}}` arrives as strings."""
+    grid = {"train.lr": ["0.0001", "0.001"], "train.batch_size": ["8"], "train.augment": ["false"]}
+    config = validate({"unet2d": {"grid": grid}})
+    assert config["unet2d"]["grid"] == {
+        "train.lr": [0.0001, 0.001],
+        "train.batch_size": [8],
+        "train.augment": [False],
+    }
+    assert run_names(config["unet2d"], "unet2d")[-2:] == [
+        "augment-false_batch_size-8_lr-0p0001",
+        "augment-false_batch_size-8_lr-0p001",
+    ]
+
+
+def test_a_grid_value_that_cannot_be_typed_names_its_key() -> None:
+    with pytest.raises(ConfigError, match=r"'unet2d\.grid\.train\.lr': 'fast' is not of type") as e:
+        validate({"unet2d": {"grid": {"train.lr": ["0.001", "fast"]}}})
+    assert "'unet2d.train.lr', the key it varies" in str(e.value)
+    with pytest.raises(ConfigError, match=r"'unet2d\.grid\.train\.lr\[0\]': nan is not a finite"):
+        validate({"unet2d": {"grid": {"train.lr": ["nan"]}}})

@@ -201,11 +201,18 @@ def _check_grid(block: dict[str, Any], workload: str, node: dict[str, Any]) -> N
                 f"config key '{workload}.grid.{key}': {section} has no key {name!r} "
                 f"(known: {', '.join(sorted(props))})"
             )
+        # Snakemake's --config reads nested values with YAML's BaseLoader: every item a
+        # string. Type each as the schema types the key it varies.
+        values = block["grid"][key] = [_coerce(value, props[name]) for value in values]
+        _check_finite(values, f"{workload}.grid.{key}")
         validator = jsonschema.Draft7Validator(_resolve(props[name]))
         for value in values:
             error = jsonschema.exceptions.best_match(validator.iter_errors(value))
             if error is not None:
-                raise ConfigError(f"config key '{workload}.grid.{key}': {error.message}")
+                raise ConfigError(
+                    f"config key '{workload}.grid.{key}': {error.message} (the type of "
+                    f"'{workload}.{section}.{name}', the key it varies)"
+                )
     clash = sorted(set(grid.expand(block, workload)) & set(block["runs"]))
     if clash:
         raise ConfigError(
