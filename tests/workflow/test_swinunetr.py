@@ -53,6 +53,13 @@ def test_result_folder_scores_each_case_and_traces_the_reference_sections(
     assert "runs" not in provenance["config"]["swinunetr"]  # this run's settings only
     train = json.loads((project.root / "work/swinunetr/default/train/stage.json").read_text())
     assert train["precision"] == "fp32" and train["steps"] == 6
+    # .test/config.yaml's cache_memory_gb holds 2 of the 3 training volumes: the run trained
+    # (above) and recorded what it cached and why (issue 33 item 1)
+    cache = train["volume_cache"]
+    assert (cache["volumes"], cache["of"], cache["builders"]) == (2, 3, 1)
+    assert "2 fit the budget" in cache["reason"] and cache["budget_bytes"] == 5_500_000
+    log = (project.root / "logs/swinunetr/default/train.log").read_text()
+    assert "volume cache: 2 of 3 volumes cached" in log
 
 
 def test_prepared_volumes_and_masks_share_geometry(project: Project) -> None:

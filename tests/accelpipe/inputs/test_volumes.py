@@ -10,7 +10,7 @@ import pytest
 from accelpipe.core.errors import DataError
 from accelpipe.datasets import nsclc
 from accelpipe.datasets.nsclc_synthetic import synthesize
-from accelpipe.inputs import volumes
+from accelpipe.inputs import volume_cache, volumes
 
 pytestmark = pytest.mark.torch
 
@@ -79,3 +79,27 @@ def test_loader_shards_volumes_across_ranks(prepared: Path) -> None:
     image, label = next(volumes.endless_pairs(loaders[0]))
     assert type(image) is not type(next(iter(loaders[0]))["image"])  # plain tensors
     assert image.shape == label.shape == (1, 1, 32, 32, 16)
+
+
+def test_loader_caches_only_what_its_plan_holds(prepared: Path) -> None:
+    """A budget that holds one of the two training volumes (and one builder): the first is
+    cached, the other loads when drawn, and batches still come."""
+    items = volumes.datalist(prepared, "training")
+    one = volume_cache.cached_bytes(items[0]["image"], SETTINGS.spacing)
+    budget = (one * (1 + volume_cache.BUILD_TRANSIENT) + one // 2) / 1e9
+    cache = volume_cache.plan_for(items, SETTINGS.spacing, 1.0, budget, 1)
+    assert (cache.volumes, cache.total, cache.builders) == (1, 2, 1)
+    loader = volumes.train_loader(
+        items,
+        volumes.train_transforms(SETTINGS, num_samples=1, augment=False),
+        batch_size=1,
+        cache_rate=1.0,
+        workers=0,
+        pin_memory=False,
+        seed=0,
+        cache=cache,
+    )
+    assert loader.dataset.cache_num == 1
+    pairs = volumes.endless_pairs(loader)
+    shapes = {tuple(next(pairs)[0].shape) for _ in range(4)}  # both volumes, twice
+    assert shapes == {(1, 1, 32, 32, 16)}

@@ -8,6 +8,7 @@ This follows the AMD SwinUNETR adaptation of the MONAI BTCV recipe (see REFERENC
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from monai.data import CacheDataset, DataLoader, partition_dataset
 
 from accelpipe.core.errors import DataError
 from accelpipe.core.io import read_json
+from accelpipe.inputs import volume_cache
 
 KEYS = ("image", "label")
 
@@ -102,6 +104,18 @@ def eval_transforms(s: VolumeSettings) -> mt.Compose:
     return mt.Compose(load_transforms(s))
 
 
+def rank_share(
+    items: list[dict[str, str]], seed: int, rank: int, world_size: int
+) -> list[dict[str, str]]:
+    """This rank's items: every rank an equal share, so DDP steps stay in lockstep."""
+    if world_size == 1:
+        return items
+    share: list[dict[str, str]] = partition_dataset(
+        items, num_partitions=world_size, shuffle=True, seed=seed, even_divisible=True
+    )[rank]
+    return share
+
+
 def train_loader(
     items: list[dict[str, str]],
     transform: mt.Compose,
@@ -113,18 +127,23 @@ def train_loader(
     seed: int,
     rank: int = 0,
     world_size: int = 1,
+    cache: volume_cache.CachePlan | None = None,
 ) -> DataLoader:
     """Shuffled batches of this rank's share of `items`, cached after the deterministic part.
 
+    `cache` (volume_cache.plan over the rank's share) bounds how many volumes are cached and
+    by how many threads; without one, `cache_rate` of them by one thread per CPU.
     Persistent workers keep their state (and CacheDataset's cache stays in the parent) across
     epochs instead of forking afresh each epoch.
     """
-    if world_size > 1:  # every rank gets an equal share, so DDP steps stay in lockstep
-        items = partition_dataset(
-            items, num_partitions=world_size, shuffle=True, seed=seed, even_divisible=True
-        )[rank]
+    items = rank_share(items, seed, rank, world_size)
     dataset = CacheDataset(
-        items, transform, cache_rate=cache_rate, num_workers=None, progress=False
+        items,
+        transform,
+        cache_num=cache.volumes if cache else sys.maxsize,
+        cache_rate=cache_rate,
+        num_workers=cache.builders if cache else None,
+        progress=False,
     )
     return DataLoader(
         dataset,

@@ -18,6 +18,7 @@ from accelpipe.config.settings import TorchTrain
 class SwinUNETRTrain(TorchTrain):
     num_samples: int
     cache_rate: float
+    cache_memory_gb: float | None
     augment: bool
     # Not options of swinunetr's schema: the BTCV recipe is eager AdamW; torch has no
     # channels-last layout for its 3-D convolutions.

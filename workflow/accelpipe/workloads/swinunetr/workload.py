@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device, workload_auto
 from accelpipe.engines.evaluations import InTrainingEval, in_training_eval
 from accelpipe.engines.torch_trainer import TrainJob, load_for_eval, run_training
-from accelpipe.inputs import volumes
+from accelpipe.inputs import volume_cache, volumes
 from accelpipe.launch import torch_launch
 from accelpipe.models.metrics import dice_per_class
 from accelpipe.models.swinunetr import build_model
@@ -39,6 +40,7 @@ from accelpipe.workloads.swinunetr.declaration import SwinUNETREvaluate, SwinUNE
 
 # What "auto" means for this workload (its registry entry: fp16 on rocm), handed to the engine.
 AUTO_PRECISION = workload_auto("swinunetr")
+log = logging.getLogger(__name__)
 
 
 def _settings(cfg: Mapping[str, Any], model_cfg: dict[str, Any]) -> volumes.VolumeSettings:
@@ -57,6 +59,15 @@ def train(
     def make_job(
         train_cfg: SwinUNETRTrain, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
+        share = volumes.rank_share(items, train_cfg.seed, ctx.rank, ctx.world_size)
+        cache = volume_cache.plan_for(
+            share,
+            settings.spacing,
+            train_cfg.cache_rate,
+            train_cfg.cache_memory_gb,
+            ctx.local_world_size,
+        )
+        log.info("rank %d: %s", ctx.rank, cache.line())
         loader = volumes.train_loader(
             items,
             volumes.train_transforms(settings, train_cfg.num_samples, train_cfg.augment),
@@ -67,6 +78,7 @@ def train(
             seed=train_cfg.seed,
             rank=ctx.rank,
             world_size=ctx.world_size,
+            cache=cache,
         )
         steps = train_cfg.steps_per_epoch or len(loader)
         pairs = volumes.endless_pairs(loader)
@@ -81,7 +93,11 @@ def train(
             batches,
             steps,
             checkpoint={"model": cfg["model"], "transforms": cfg["transforms"], "label": label},
-            facts={"train_volumes": len(items), "crops_per_volume": train_cfg.num_samples},
+            facts={
+                "train_volumes": len(items),
+                "crops_per_volume": train_cfg.num_samples,
+                "volume_cache": cache.facts(),  # rank 0's; each rank logs its own
+            },
             evaluation=_in_training(cfg, train_cfg, device, prepared, settings, label),
         )
 
