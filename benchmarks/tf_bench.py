@@ -27,6 +27,11 @@ from accelpipe.engines.tf_trainer import JobFactory, TFTrainer, TFTrainJob
 Step = Callable[[Any, Any], tf.Tensor]
 
 
+def _workload_of(train: Callable[..., object]) -> str:
+    """The workload whose `train` this is: accelpipe.workloads.<name>.workload."""
+    return train.__module__.split(".")[2]
+
+
 def make_prepared(
     dataset: ModuleType, scratch: Path, images: int, size: tuple[int, int], shards: int
 ) -> Path:
@@ -68,7 +73,7 @@ def capture_job_factory(
     real = tf_trainer.run_training
     tf_trainer.run_training = capture
     try:
-        train(prepared, run, train_slice(train.__module__.rsplit(".", 1)[-1], cfg), work_dir)
+        train(prepared, run, train_slice(_workload_of(train), cfg), work_dir)
     finally:
         tf_trainer.run_training = real
     if len(captured) != 1:
