@@ -10,7 +10,14 @@ from snakemake.exceptions import WorkflowError
 PACKAGE_ROOT = Path(workflow.basedir) / "workflow"
 sys.path.insert(0, str(PACKAGE_ROOT))
 
-from accelpipe.plan import images, preflight, pretrained, stage_config, targets
+from accelpipe.plan import (
+    capacity,
+    images,
+    preflight,
+    pretrained,
+    stage_config,
+    targets,
+)
 from accelpipe.config import registry
 from accelpipe.core import provenance
 from accelpipe.core.codegraph import code_key, stage_code
@@ -240,6 +247,13 @@ def train_gpus(wildcards):
 
 def evaluate_gpus(wildcards):
     return 1 if config["backend"] in ("cuda", "rocm") else 0
+
+
+def train_mem_mb(wildcards):
+    """Slurm --mem of a train job: what its processes on a node need (accelpipe.plan.capacity,
+    the figures train checks before it starts), at least 8 GB."""
+    run_train(wildcards)  # an unknown run is named first
+    return capacity.train_mem_mb(config, wildcards.workload, wildcards.run)
 
 
 def train_nodes(wildcards):

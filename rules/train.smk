@@ -17,7 +17,7 @@ rule train:
         gpu=train_gpus,
         nodes=train_nodes,
         tasks=train_nodes,
-        mem_mb=8000,
+        mem_mb=train_mem_mb,
         runtime=600,
     params:
         framework=framework,

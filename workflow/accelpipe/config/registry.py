@@ -33,7 +33,20 @@ WORKLOADS_DIR = Path(__file__).parents[1] / "workloads"
 # throughput of its reference (performance.figures) and its input pipeline's name.
 PUBLISHED = "published.yaml"
 
-__all__ = ["DATASETS", "FRAMEWORKS", "WORKLOADS", "Dataset", "Workload"]
+__all__ = ["DATASETS", "FRAMEWORKS", "WORKLOADS", "Dataset", "RealSize", "Workload"]
+
+
+@dataclass(frozen=True)
+class RealSize:
+    """The full real dataset's disk figures (bytes), for the preflight (plan.preflight) and
+    the workload pages' "real data" lines: its official archives as downloaded (kept in
+    data_root/downloads), what they extract to (data_root/raw) and the prepared variant."""
+
+    items: int  # cases, patients or images of the full dataset
+    download: int
+    extracted: int
+    prepared: int
+    source: str  # where the figures come from
 
 
 @dataclass(frozen=True)
@@ -42,16 +55,50 @@ class Dataset:
     # The image its raw and prepare stages run in: the framework of the workloads that read it
     # (preparation itself imports no framework: datasets/ writes TFRecords on its own).
     framework: str
+    real: RealSize
 
 
 DATASETS = {
     d.name: d
     for d in (
-        Dataset("brats", "pytorch"),
-        Dataset("nsclc", "pytorch"),
-        Dataset("imagenet", "pytorch"),
-        Dataset("coco", "tensorflow"),
-        Dataset("ade20k", "tensorflow"),
+        Dataset(
+            "brats",
+            "pytorch",
+            # REFERENCE.md: Task01_BrainTumour.tar ~7 GB of .nii.gz (extracts to about as
+            # much), 484 training cases; prepared float32 (4, D, 192, 160) per case, ~35 GB
+            # (issue 33's measurement at real per-case size: 5-8x the download)
+            RealSize(484, 7_100_000_000, 7_100_000_000, 35_000_000_000, "REFERENCE.md, issue 33"),
+        ),
+        Dataset(
+            "nsclc",
+            "pytorch",
+            # 422 patients of ~512x512x130 int16 CT (issue 33): ~68 MB of DICOM each, zipped
+            # per series as TCIA serves them (DICOM barely compresses); prepared NIfTI counted
+            # uncompressed (gzip only shrinks it)
+            RealSize(422, 29_000_000_000, 29_000_000_000, 29_000_000_000, "issue 33 per-item"),
+        ),
+        Dataset(
+            "imagenet",
+            "pytorch",
+            # REFERENCE.md: your ILSVRC2012 train (147.9 GB) and val (6.7 GB) tars, read where
+            # they are (no download); the import extracts them (~154 GB, issue 33); the
+            # prepared index is CSV (~0.1 GB)
+            RealSize(1_331_167, 0, 154_600_000_000, 100_000_000, "REFERENCE.md, issue 33"),
+        ),
+        Dataset(
+            "coco",
+            "tensorflow",
+            # REFERENCE.md: train2017.zip ~19.3 GB, val2017.zip ~816 MB, annotations ~253 MB
+            # (JSONs ~0.8 GB extracted); TFRecords hold the JPEG bytes unchanged (~20 GB)
+            RealSize(123_287, 20_370_000_000, 20_900_000_000, 20_100_000_000, "REFERENCE.md"),
+        ),
+        Dataset(
+            "ade20k",
+            "tensorflow",
+            # ADEChallengeData2016.zip ~0.92 GB (config.yaml: ~1 GB), JPEG + PNG; TFRecords
+            # hold the raw bytes (REFERENCE.md: one Example per image, raw JPEG + PNG bytes)
+            RealSize(22_210, 923_000_000, 950_000_000, 950_000_000, "REFERENCE.md"),
+        ),
     )
 }
 

@@ -54,17 +54,31 @@ def cgroup_limit(path: Path = CGROUP_MEMORY_MAX) -> Limit | None:
     return Limit(int(text), f"the cgroup's {path}")
 
 
-def meminfo_available(path: Path = MEMINFO) -> Limit | None:
-    """MemAvailable: what the kernel can give without swapping, now."""
+def _meminfo(path: Path, key: str) -> Limit | None:
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return None
     for line in lines:
-        key, _, value = line.partition(":")
-        if key == "MemAvailable" and value.split() and value.split()[0].isdigit():
-            return Limit(int(value.split()[0]) * 1024, f"MemAvailable in {path}")
+        name, _, value = line.partition(":")
+        if name == key and value.split() and value.split()[0].isdigit():
+            return Limit(int(value.split()[0]) * 1024, f"{key} in {path}")
     return None
+
+
+def meminfo_available(path: Path = MEMINFO) -> Limit | None:
+    """MemAvailable: what the kernel can give without swapping, now."""
+    return _meminfo(path, "MemAvailable")
+
+
+def meminfo_total(path: Path = MEMINFO) -> Limit | None:
+    """MemTotal: the machine's memory, what a job may plan for."""
+    return _meminfo(path, "MemTotal")
+
+
+def _smallest(*limits: Limit | None) -> Limit | None:
+    found = [limit for limit in limits if limit is not None]
+    return min(found, key=lambda limit: limit.bytes) if found else None
 
 
 def memory_limit(
@@ -72,17 +86,21 @@ def memory_limit(
     cgroup: Path = CGROUP_MEMORY_MAX,
     meminfo: Path = MEMINFO,
 ) -> Limit | None:
-    """The smallest ceiling that applies to this process; None where none can be read."""
-    found = [
-        limit
-        for limit in (
-            slurm_limit(os.environ if env is None else env),
-            cgroup_limit(cgroup),
-            meminfo_available(meminfo),
-        )
-        if limit is not None
-    ]
-    return min(found, key=lambda limit: limit.bytes) if found else None
+    """What this process may use now, for budgets: the smallest of the Slurm job's memory, the
+    cgroup's and MemAvailable; None where none can be read."""
+    env = os.environ if env is None else env
+    return _smallest(slurm_limit(env), cgroup_limit(cgroup), meminfo_available(meminfo))
+
+
+def job_memory(
+    env: Mapping[str, str] | None = None,
+    cgroup: Path = CGROUP_MEMORY_MAX,
+    meminfo: Path = MEMINFO,
+) -> Limit | None:
+    """What a job may plan to use, for the preflight: the smallest of the Slurm job's, the
+    cgroup's and the machine's memory (MemTotal: what is free now changes by the minute)."""
+    env = os.environ if env is None else env
+    return _smallest(slurm_limit(env), cgroup_limit(cgroup), meminfo_total(meminfo))
 
 
 def free_disk(path: str | os.PathLike[str]) -> int:
@@ -95,4 +113,6 @@ def free_disk(path: str | os.PathLike[str]) -> int:
 
 def gb(n: float) -> str:
     """Bytes as a short figure for one-line messages: "84.1 GB", "512 MB"."""
-    return f"{n / 1e9:.3g} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB"
+    if n >= 1e9:
+        return f"{n / 1e9:.3g} GB"
+    return f"{n / 1e6:.3g} MB" if n >= 1e6 else f"{n / 1e3:.3g} kB"

@@ -15,6 +15,9 @@ train job of the framework asks per node, the most processes one job runs, and b
 them trains in it. It travels to the job in its resources, not its params, so a new device
 count re-runs the trains it changes and never the preflight (whose re-run would re-run every
 train of the image). Plan-time and framework-free: Snakemake imports it.
+
+Its other half, plan.capacity, is what the jobs need of memory and disk: the data stages and
+train check it before they start, and the rules ask Slurm for it.
 """
 
 from __future__ import annotations

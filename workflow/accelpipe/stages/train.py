@@ -19,12 +19,13 @@ from accelpipe.config.runtime import with_eval_settings
 from accelpipe.config.schema import stage_slice
 from accelpipe.config.settings import TrainSettings, TrainSlice
 from accelpipe.config.views import train_slice
-from accelpipe.core import provenance
+from accelpipe.core import provenance, resources
 from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import host
 from accelpipe.engines import attempts
 from accelpipe.launch import lifeline, workers
+from accelpipe.plan import capacity
 from accelpipe.workloads import base as workloads
 
 
@@ -163,6 +164,8 @@ def _run_train(args: argparse.Namespace, started: float) -> None:
     # the evaluate settings outside train's key (batch size, ...) come with the job's environment
     cfg = train_slice(args.workload, with_eval_settings(stage_slice(args), args.workload))
     train_cfg = cfg.train
+    if not engine.in_worker():  # once per job, before anything starts: the launcher's
+        _check_memory(args)
     out = Path(args.out)
     work_dir = resume_dir(out, args)
     if train_cfg.devices * train_cfg.nodes > 1 and not engine.in_worker():
@@ -183,6 +186,17 @@ def _run_train(args: argparse.Namespace, started: float) -> None:
     with _resume_state_only(work_dir, spec.checkpoints):
         if _train_into(args, spec, cfg, started, work_dir):
             _publish(work_dir, out, spec, started)
+
+
+def _check_memory(args: argparse.Namespace) -> None:
+    """The preflight's memory line (plan.capacity): what the job's processes on this node
+    need against what the Slurm job, the cgroup or the machine has."""
+    train = stage_slice(args)["train"]
+    verdict = capacity.train_memory_verdict(
+        args.workload, args.run, train, Path(args.prepared).absolute(), resources.job_memory()
+    )
+    if verdict is not None:
+        raise ConfigError(verdict)
 
 
 def _train_into(
