@@ -5,7 +5,7 @@ image size, batch, optimizer, label smoothing and channels-last), on CPU in fp32
 options say otherwise (`--device cuda --precision bf16`, `--full` for the real ResNet-50 at
 224 px, batch 256, 1000 classes):
 
-* ours: accelpipe's Trainer (workloads.resnet50.build_model, CrossEntropyLoss with label
+* ours: accelpipe's Trainer (workloads.resnet50.workload.build_model, CrossEntropyLoss with label
   smoothing, optimizer and LR schedule from accelpipe.models.optim, GradScaler, autocast, to_device
   with channels-last, record_function sections, per-step log row) running
   `Trainer._run_epoch` over a fixed list of pre-made (image, label) batches already on the

@@ -15,7 +15,7 @@ Measured in this process on CPU (fp32), at one batch size for both sides:
   prefetch fill are not throughput); median of `--rounds`. The pipeline's cost depends on
   the crop (the rescale targets a short side of crop x 0.5..2), so it is measured once per
   distinct crop, not per encoder.
-* step: the real engine step. The job is the one workloads.segmenter.train builds (its
+* step: the real engine step. The job is the one workloads.segmenter.workload.train builds (its
   `make_job`, captured by standing in for tf_trainer.run_training while segmenter.train
   runs, then built the way run_training builds it: device policy, seed, TFTrainer with the
   profiler off; see tf_bench.py). Timed is TFTrainer's step function (the `tf.function`
@@ -92,7 +92,8 @@ def train_slice(
 def build_segmenter_trainer(
     prepared: Path, cfg: dict[str, Any], work_dir: Path
 ) -> tuple[TFTrainJob, TFTrainer]:
-    """The job workloads.segmenter.train makes, and its trainer, as run_training builds them."""
+    """The job workloads.segmenter.workload.train makes, and its trainer, as run_training
+    builds them."""
     factory = capture_job_factory(segmenter.train, prepared, RUN, cfg, work_dir)
     return build_trainer(factory, cfg, work_dir)
 

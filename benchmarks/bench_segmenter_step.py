@@ -9,7 +9,7 @@ loader is excluded.
   GradientTape, the forward / loss / backward / optimizer_step name scopes, the job's coupled
   L2 regularization when train.weight_decay > 0 (none by default, as Segmenter), the replica
   division, Nesterov SGD with the poly-decay schedule on all trainable variables) for the job
-  workloads.segmenter.train builds (its make_job, captured and built as run_training builds
+  workloads.segmenter.workload.train builds (its make_job, captured and built as run_training builds
   it; see tf_bench.py), profiler off.
 * minimal: a plain `tf.function` on a second Segmenter of the same architecture (encoder,
   decoder, crop, dropout, drop_path) and init seed: forward, segmentation_loss(logits,

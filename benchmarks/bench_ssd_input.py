@@ -11,8 +11,8 @@ Measured in this process on CPU (fp32), at one batch size for both sides:
   `dataset(epoch, shard)`, i.e. train_dataset(files, coco_ids, anchors, batch, seed,
   num_workers=1, index=0). Batches/s over `--batches` batches after `--warmup` batches (the
   reader start-up and the prefetch fill are not throughput); median of `--rounds`.
-* step: the real engine step. The job is the one workloads.ssd.train builds (its `make_job`,
-  captured by standing in for tf_trainer.run_training while ssd.train runs, then built the
+* step: the real engine step. The job is the one workloads.ssd.workload.train builds (its
+  `make_job`, captured by standing in for tf_trainer.run_training while ssd.train runs, then built the
   way run_training builds it: device policy, seed, TFTrainer with the profiler off). Timed is
   TFTrainer's step function (the `tf.function` run_training calls each step) on batches of the
   same pipeline fetched into memory beforehand, so the loader is excluded; median of rounds.
@@ -80,7 +80,8 @@ def train_slice(width: int, batch: int, precision: str, compile_: bool) -> dict[
 def ssd_job_factory(
     prepared: Path, cfg: dict[str, Any], work_dir: Path
 ) -> tuple[JobFactory, TFTrain]:
-    """The `make_job` and train settings workloads.ssd.train hands tf_trainer.run_training."""
+    """The `make_job` and train settings workloads.ssd.workload.train hands
+    tf_trainer.run_training."""
     return capture_job_factory(ssd.train, prepared, RUN, cfg, work_dir)
 
 

@@ -4,8 +4,8 @@ Measured in this process with the shipped config.yaml's `swinunetr` block (its t
 roi, run `default`), on CPU in fp32:
 
 * ours: accelpipe's Trainer (models.swinunetr.build_model, DiceCELoss(sigmoid=True), the
-  workload's train settings (settings.SwinUNETRTrain): AdamW from accelpipe.models.optim, warmup +
-  cosine LambdaLR, GradScaler,
+  workload's train settings (its declaration's SwinUNETRTrain): AdamW from
+  accelpipe.models.optim, warmup + cosine LambdaLR, GradScaler,
   record_function sections, per-step log row) running `Trainer._run_epoch` over a fixed list
   of pre-made (image, label) crops of shape (batch * num_samples, 1, *roi): the loader is
   excluded. The profiler is off (settings.PROFILE_OFF); the profiled variant (the
