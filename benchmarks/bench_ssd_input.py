@@ -12,8 +12,8 @@ Measured in this process on CPU (fp32), at one batch size for both sides:
   num_workers=1, index=0). Batches/s over `--batches` batches after `--warmup` batches (the
   reader start-up and the prefetch fill are not throughput); median of `--rounds`.
 * step: the real engine step. The job is the one workloads.ssd.workload.train builds (its
-  `make_job`, captured by standing in for tf_trainer.run_training while ssd.train runs, then
-  built the way run_training builds it: device policy, seed, TFTrainer with the profiler off). Timed is
+  `make_job`, captured by standing in for tf_trainer.run_training while ssd.train runs, then built
+  the way run_training builds it: device policy, seed, TFTrainer with the profiler off). Timed is
   TFTrainer's step function (the `tf.function` run_training calls each step) on batches of the
   same pipeline fetched into memory beforehand, so the loader is excluded; median of rounds.
 
