@@ -206,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--results", default="results", help="the results folder (default: results)")
     _config_arguments(runs, "the config a run is stale under: files over config.yaml")
     runs.add_argument("--json", action="store_true", help="print the runs as JSON")
+    drop = _parser(
+        sub,
+        "drop-archives",
+        "drop a dataset's downloaded archives once its raw folder records them verified and "
+        "extracted (the others are kept)",
+    )
+    drop.add_argument("--dataset", required=True, help="dataset name")
+    drop.add_argument("--data-root", default="data", help="the config's data_root (default: data)")
     return parser
 
 

@@ -39,7 +39,7 @@ from accelpipe.config.schema import validate
 from accelpipe.config.settings import view
 from accelpipe.core import locks
 from accelpipe.core.errors import ConfigError, DataError
-from accelpipe.core.io import disk_full_names
+from accelpipe.core.io import disk_full_names, write_json
 from accelpipe.core.redact import redact
 
 if TYPE_CHECKING:
@@ -148,6 +148,7 @@ def download(
     with exclusive(dest, wait_s=watch.lock_wait_s, job=f"download:{dest.name}"):
         if dest.exists():  # made before, or by the process this one waited for
             _check_existing(shown, dest, expected)
+            _record_verified(dest, expected)
             return dest
         part = part_path(dest)
         log.info("downloading %s -> %s", shown, dest)
@@ -157,8 +158,35 @@ def download(
             _download_with_retries(session, url, part, options)
         _verify_on_disk(part, dest, expected, shown)
         os.replace(part, dest)
+        _record_verified(dest, expected)
     log.info("downloaded %s (%d bytes)", dest, dest.stat().st_size)
     return dest
+
+
+# Beside a download whose checksum matched: `<dest>.verified.json`, {algorithm, digest, bytes}.
+VERIFIED_SUFFIX = ".verified.json"
+
+
+def _record_verified(dest: Path, expected: tuple[str, str] | None) -> None:
+    """Say, beside `dest`, that its checksum matched the publisher's (the raw stage keeps the
+    record with what it extracted; `accelpipe drop-archives` drops only such an archive)."""
+    if expected is None:
+        return
+    algorithm, digest = expected
+    record = {"algorithm": algorithm, "digest": digest, "bytes": dest.stat().st_size}
+    write_json(dest.with_name(dest.name + VERIFIED_SUFFIX), record)
+
+
+def verified_downloads(downloads: Path) -> dict[str, dict[str, object]]:
+    """The archives in `downloads` whose checksum matched when downloaded, still the size
+    they were then: file name -> its record."""
+    found = {}
+    for record_file in sorted(downloads.glob(f"*{VERIFIED_SUFFIX}")):
+        archive = record_file.with_name(record_file.name.removesuffix(VERIFIED_SUFFIX))
+        record = json.loads(record_file.read_text())
+        if archive.is_file() and archive.stat().st_size == record.get("bytes"):
+            found[archive.name] = record
+    return found
 
 
 def _check_existing(shown: str, dest: Path, expected: tuple[str, str] | None) -> None:

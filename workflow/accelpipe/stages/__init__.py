@@ -29,6 +29,7 @@ MODULES = {
     "doctor": "accelpipe.stages.doctor",
     "targets": "accelpipe.stages.targets",
     "runs": "accelpipe.stages.runs",
+    "drop-archives": "accelpipe.stages.data",
 }
 # stages that call into one dataset's or one workload's module by name
 _PLUGINS = {

@@ -189,6 +189,10 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
         [command("runs"), command("runs", "--results", "/scratch/accelpipe/results", "--json")],
         None,
     ),
+    "drop-archives": (
+        [command("drop-archives", "--dataset", "brats", "--data-root", "/scratch/data")],
+        None,
+    ),
 }
 
 
