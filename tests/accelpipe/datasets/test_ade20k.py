@@ -13,6 +13,7 @@ import pytest
 from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.datasets import ade20k, ade20k_layout
 from accelpipe.datasets.ade20k_synthetic import synthesize
+from accelpipe.datasets.download import VERIFIED_SUFFIX
 from accelpipe.datasets.sources import make_raw
 from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import Faults, FileServer
@@ -69,7 +70,8 @@ def test_ade20k_source_downloads_checks_and_extracts(site, tmp_path: Path) -> No
     assert sorted(p.relative_to(raw) for p in raw.rglob("*") if p.is_file()) == files
     for rel in files:
         assert (raw / rel).read_bytes() == (src / rel).read_bytes()
-    assert [p.name for p in downloads.iterdir()] == [ZIP]
+    # the zip and the record that its sha1 matched (datasets.download.VERIFIED_SUFFIX)
+    assert sorted(p.name for p in downloads.iterdir()) == [ZIP, ZIP + VERIFIED_SUFFIX]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     # A second raw reuses the verified zip: no new request.
     requests = len(server.log)

@@ -12,6 +12,7 @@ import pytest
 from accelpipe.core.errors import ConfigError, DataError
 from accelpipe.datasets import coco
 from accelpipe.datasets.coco_synthetic import synthesize
+from accelpipe.datasets.download import VERIFIED_SUFFIX
 from tests.helpers.dataset_config import run_raw
 from tests.helpers.http_server import Faults, FileServer
 
@@ -79,7 +80,9 @@ def test_coco_source_downloads_checks_and_extracts(site, tmp_path: Path) -> None
     for path in src.rglob("*.jpg"):
         assert (raw / path.relative_to(src)).read_bytes() == path.read_bytes()
     assert (raw / "annotations" / "captions_val2017.json").is_file()
-    assert sorted(p.name for p in downloads.iterdir()) == sorted(CONTENT)
+    # each zip and the record that its md5 matched (datasets.download.VERIFIED_SUFFIX)
+    records = [name + VERIFIED_SUFFIX for name in CONTENT]
+    assert sorted(p.name for p in downloads.iterdir()) == sorted([*CONTENT, *records])
     # A second raw reuses the verified zips: no new request.
     requests = len(server.log)
     run_raw("coco", _cfg(block), tmp_path / "raw2", downloads)
