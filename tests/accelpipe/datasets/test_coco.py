@@ -181,3 +181,26 @@ def test_check_raw_names_a_missing_image_folder(tmp_path: Path) -> None:
     (copy / "train2017").rmdir()
     with pytest.raises(DataError, match=r"train2017: COCO image folder not found"):
         coco.check_raw(copy)
+
+
+def _split_bytes(raw: Path, split: str, sizes: list[int]) -> None:
+    folder = raw / f"{split}2017"
+    folder.mkdir(parents=True)
+    for k, size in enumerate(sizes):
+        with (folder / f"{k:012d}.jpg").open("wb") as f:
+            f.truncate(size)  # sparse: the size without the disk
+
+
+def test_shard_counts_follow_a_target_size_with_the_counts_as_the_fewest(tmp_path: Path) -> None:
+    """Full COCO (train2017 ~19.3 GB, val2017 ~816 MB) at 150 MB a shard: 129 + 6 files, not
+    config.yaml's 4 + 2 (~4.8 GB each); synthetic data keeps the fewest."""
+    full, small = tmp_path / "full", tmp_path / "small"
+    _split_bytes(full, "train", [9_650_000_000, 9_650_000_000])
+    _split_bytes(full, "val", [816_000_000])
+    _split_bytes(small, "train", [5000] * 48)
+    _split_bytes(small, "val", [5000] * 16)
+    shipped = {"train_shards": 4, "val_shards": 2, "shard_mb": 150}
+    assert coco.shard_counts(full, shipped) == (129, 6)
+    assert coco.shard_counts(small, shipped) == (4, 2)
+    reference = {"train_shards": 256, "val_shards": 32, "shard_mb": None}
+    assert coco.shard_counts(full, reference) == (256, 32)

@@ -21,6 +21,8 @@ Prepared layout (variant `tfrecord`, accelpipe.datasets.coco_tfrecord)::
 
 from __future__ import annotations
 
+import math
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -253,11 +255,23 @@ def prepare_variant(variant: str, raw: Path, out: Path, cfg: dict[str, Any], wor
     """The prepared variants of COCO; `tfrecord` is the SSD reference's TFRecord conversion."""
     if variant != VARIANT:
         raise DataError(f"coco has no prepared variant {variant!r} (known: {VARIANT})")
-    options = cfg["prepare"]
-    return prepare(
-        raw,
-        out,
-        train_shards=options["train_shards"],
-        val_shards=options["val_shards"],
-        workers=workers,
-    )
+    train_shards, val_shards = shard_counts(raw, cfg["prepare"])
+    return prepare(raw, out, train_shards=train_shards, val_shards=val_shards, workers=workers)
+
+
+def shard_counts(raw: Path, options: dict[str, Any]) -> tuple[int, int]:
+    """(train, val) shard files: `train_shards` / `val_shards`, or with `shard_mb` at least as
+    many as keep each shard's JPEG bytes (the split folder's, what the records carry) near
+    that size: TensorFlow's guidance is ~100-200 MB, so a full-size dataset's reads spread
+    over many files while a small one keeps the fewest."""
+    target = options.get("shard_mb")
+    counts = []
+    for split in SPLITS:
+        fewest = options[f"{split}_shards"]
+        if target is None:
+            counts.append(fewest)
+            continue
+        with os.scandir(raw / f"{split}2017") as entries:
+            total = sum(e.stat().st_size for e in entries if e.is_file())
+        counts.append(max(fewest, math.ceil(total / (target * 1e6))))
+    return counts[0], counts[1]
