@@ -153,3 +153,12 @@ def test_the_train_stage_refuses_before_it_starts(
         train_stage._check_memory(args)
     (raw / "stage.json").write_text(json.dumps({"source": "synthetic"}))
     train_stage._check_memory(args)  # synthetic volumes: the process and the model fit
+
+
+@pytest.mark.parametrize("workload", sorted(registry.WORKLOADS))
+def test_each_workload_page_says_what_real_data_needs(workload: str) -> None:
+    """docs/<workload>.md's "Real data" carries the figures the stages check, word for word:
+    a changed figure fails here until the page says it too."""
+    page = (Path(__file__).parents[3] / "docs" / f"{workload}.md").read_text()
+    line = capacity.real_data_line(workload)
+    assert f"## Real data\n\n{line}\n" in page, f"docs/{workload}.md, under Real data:\n{line}"

@@ -178,8 +178,10 @@ def prepare_disk_verdict(dataset: str, raw: Path, out: Path, free: int | None = 
     return disk_verdict("prepare", dataset, need, out.parent, what, free)
 
 
-# Issue 33: a full NSCLC volume cached after the deterministic transforms
+# Issue 33: a full NSCLC volume cached after the deterministic transforms, and the full
+# collection's training split (422 patients, swinunetr.prepare.val_fraction 0.2)
 NSCLC_CACHED_VOLUME_BYTES = 248_000_000
+NSCLC_TRAIN_VOLUMES = 338
 
 
 def memory_need(
@@ -205,7 +207,7 @@ def memory_need(
 def _volume_cache(
     train: dict[str, Any], limit: resources.Limit | None, rest: int
 ) -> dict[str, int]:
-    volumes = math.floor(registry.dataset("nsclc").real.items * train["cache_rate"])
+    volumes = math.floor(NSCLC_TRAIN_VOLUMES * train["cache_rate"])
     cache = volumes * NSCLC_CACHED_VOLUME_BYTES
     if train.get("cache_memory_gb") is not None:
         budget = int(train["cache_memory_gb"] * 1e9)
@@ -274,3 +276,52 @@ def data_disk_mb(config: dict[str, Any], dataset: str, stage: str) -> int:
     if need is None:
         return 1000  # Snakemake's own floor
     return max(1, math.ceil((need.raw if stage == "raw" else need.prepared) / resources.MB))
+
+
+def real_data_line(workload: str) -> str:
+    """The workload page's "real data" needs (docs/<workload>.md, held to this by a test): the
+    full dataset's disk and a reference-recipe training process's memory, from the figures
+    the stages check."""
+    dataset = registry.workload(workload).dataset
+    real = registry.dataset(dataset).real
+    disk = real.download + real.extracted + real.prepared
+    drop = (
+        f"`accelpipe drop-archives --dataset {dataset}` drops it once extracted"
+        if _checksummed(validate({})["datasets"][dataset])
+        else "no checksum is published, so `accelpipe drop-archives` keeps it"
+    )
+    kept = (
+        f"download {resources.gb(real.download)}, kept ({drop}); "
+        if real.download
+        else "your tars read in place; "
+    )
+    train = run_train(validate({})[workload], workload, _first_run(workload))
+    parts = memory_need(workload, train, True, None)
+    cache = parts.pop("cache", 0) + parts.pop("loader", 0)
+    memory = (
+        f"~{resources.gb(sum(parts.values()))} per training process at the reference recipe "
+        f"(process, model with gradients and optimizer state, batches in flight)"
+    )
+    if cache:
+        full = math.floor(NSCLC_TRAIN_VOLUMES * train["cache_rate"]) * NSCLC_CACHED_VOLUME_BYTES
+        memory += (
+            f", plus the volume cache: half of what the process may use "
+            f"(`{workload}.train.cache_memory_gb`; all {resources.gb(full)} would need more)"
+        )
+    return (
+        f"Needs at full size (`accelpipe.plan.capacity`, checked before each stage starts): "
+        f"disk ~{resources.gb(disk)} under `data_root` ({kept}extracted "
+        f"{resources.gb(real.extracted)}, prepared {resources.gb(real.prepared)}; re-preparing "
+        f"needs the prepared size again while the old copy stays); memory {memory}."
+    )
+
+
+def _checksummed(block: dict[str, Any]) -> bool:
+    """Whether the official source's settings carry a published checksum of its archives."""
+    settings = block[_settings_key(block)]
+    entries = [settings, *(v for v in settings.values() if isinstance(v, dict))]
+    return any(entry.get(k) for entry in entries for k in ("md5", "sha1", "sha256"))
+
+
+def _first_run(workload: str) -> str:
+    return "fold0" if workload == "unet2d" else sorted(validate({})[workload]["runs"])[0]
