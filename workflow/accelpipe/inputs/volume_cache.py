@@ -23,18 +23,15 @@ import nibabel as nib
 
 from accelpipe.core.errors import DataError
 from accelpipe.core.resources import Limit, gb, memory_limit
+from accelpipe.workloads.swinunetr import declaration as swinunetr
 
 # After Spacingd both image and label are float32: 8 bytes per voxel of the resampled grid
 # (measured; CropForeground only shrinks it, so this is an upper bound).
 CACHED_BYTES_PER_VOXEL = 8
-# Peak memory of one builder thread making a volume, in units of that volume's cached bytes:
-# the loaded volume, the resampling grid and its float64 intermediates. Measured here on
-# 251x251x64 and 376x376x96 resampled volumes: 10.4 and 10.0 (issue 33: ~4.5 GB for two
-# builders on full NSCLC, ~9).
-BUILD_TRANSIENT = 10
-# The default budget's share of the memory the process may use: the rest is the model,
-# optimizer, batches, loader workers and the interpreter.
-DEFAULT_SHARE = 0.5
+# Peak memory of one builder thread and the default budget's share: with the workload's facts
+# (plan.capacity reads them too, without this module's nibabel)
+BUILD_TRANSIENT = swinunetr.CACHE_BUILD_TRANSIENT
+DEFAULT_SHARE = swinunetr.CACHE_SHARE
 
 
 def cached_bytes(image: str, spacing: Sequence[float]) -> int:

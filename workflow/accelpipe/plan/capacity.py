@@ -22,7 +22,7 @@ from typing import Any
 from accelpipe.config import registry
 from accelpipe.config.schema import run_train, validate
 from accelpipe.core import resources
-from accelpipe.inputs import volume_cache
+from accelpipe.workloads.swinunetr import declaration as swinunetr
 
 # Memory of an idle training process: the interpreter, the framework and its runtime.
 BASE_PROCESS_BYTES = 2_000_000_000
@@ -212,13 +212,13 @@ def _volume_cache(
     if train.get("cache_memory_gb") is not None:
         budget = int(train["cache_memory_gb"] * 1e9)
     elif limit is not None:
-        budget = int(limit.bytes * volume_cache.DEFAULT_SHARE)
+        budget = int(limit.bytes * swinunetr.CACHE_SHARE)
     else:  # the job's own ask: its default budget is half of it
         budget = rest
     parts = {"cache": min(cache, budget)}
     if cache > budget:  # uncached volumes are built in the loader workers, each epoch
         workers = max(1, train.get("loader_workers", 0))
-        parts["loader"] = workers * volume_cache.BUILD_TRANSIENT * NSCLC_CACHED_VOLUME_BYTES
+        parts["loader"] = workers * swinunetr.CACHE_BUILD_TRANSIENT * NSCLC_CACHED_VOLUME_BYTES
     return parts
 
 

@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 from accelpipe.config.declare import Workload
 from accelpipe.config.settings import TorchTrain
 
+# The volume cache (inputs.volume_cache; plan.capacity's memory figures). Peak memory of one
+# thread building a cached volume, in units of that volume's cached bytes: the loaded volume,
+# the resampling grid and its float64 intermediates; measured here on 251x251x64 and
+# 376x376x96 resampled volumes: 10.4 and 10.0 (issue 33: ~4.5 GB for two builders on full
+# NSCLC, ~9).
+CACHE_BUILD_TRANSIENT = 10
+# The default budget's share of the memory the process may use: the rest is the model,
+# optimizer, batches, loader workers and the interpreter.
+CACHE_SHARE = 0.5
+
 
 @dataclass(frozen=True)
 class SwinUNETRTrain(TorchTrain):
