@@ -289,7 +289,13 @@ def code_for(stage):
 
 
 def raw_config(wildcards):
-    return stage_json(stage_config.raw, wildcards.dataset)
+    """The raw job's slice; where its folder is still to be made, the disk it needs is
+    checked first (accelpipe.plan.capacity): not enough stops the plan in one line."""
+    slice_json = stage_json(stage_config.raw, wildcards.dataset)
+    verdict = capacity.plan_raw_verdict(config, wildcards.dataset)
+    if verdict is not None:
+        raise WorkflowError(verdict)
+    return slice_json
 
 
 def prepare_config(wildcards):

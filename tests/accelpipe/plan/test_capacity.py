@@ -162,3 +162,15 @@ def test_each_workload_page_says_what_real_data_needs(workload: str) -> None:
     page = (Path(__file__).parents[3] / "docs" / f"{workload}.md").read_text()
     line = capacity.real_data_line(workload)
     assert f"## Real data\n\n{line}\n" in page, f"docs/{workload}.md, under Real data:\n{line}"
+
+
+def test_while_snakemake_plans_a_raw_folder_to_make_is_checked(tmp_path: Path) -> None:
+    """rules/common.smk's raw_config raises this line before any job starts."""
+    huge = {"brats": {"synthetic": {"cases": 100000, "shape": [512, 512, 512]}}}
+    config = validate({"data_root": str(tmp_path / "data"), "datasets": huge})
+    line = capacity.plan_raw_verdict(config, "brats")
+    assert line is not None and line.startswith("raw brats: needs ~22.1 TB on ")
+    assert "from the synthetic counts" in line and "fewer items in datasets.brats.synthetic" in line
+    (tmp_path / "data" / "raw" / "brats").mkdir(parents=True)  # made: nothing to download
+    assert capacity.plan_raw_verdict(config, "brats") is None
+    assert capacity.plan_raw_verdict(validate({"data_root": str(tmp_path)}), "brats") is None

@@ -112,7 +112,9 @@ def free_disk(path: str | os.PathLike[str]) -> int:
 
 
 def gb(n: float) -> str:
-    """Bytes as a short figure for one-line messages: "84.1 GB", "512 MB"."""
+    """Bytes as a short figure for one-line messages: "84.1 GB", "512 MB", "1 kB"."""
+    if n >= 1e12:
+        return f"{n / 1e12:.3g} TB"
     if n >= 1e9:
         return f"{n / 1e9:.3g} GB"
     return f"{n / 1e6:.3g} MB" if n >= 1e6 else f"{n / 1e3:.3g} kB"

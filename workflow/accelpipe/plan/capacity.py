@@ -130,16 +130,26 @@ def _default_settings(dataset: str, block: dict[str, Any]) -> dict[str, Any]:
 
 
 def disk_verdict(
-    stage: str, dataset: str, need: int, where: Path, what: str, free: int | None = None
+    stage: str,
+    dataset: str,
+    need: int,
+    where: Path,
+    what: str,
+    free: int | None = None,
+    synthetic: bool = False,
 ) -> str | None:
     """The one line that says `need` bytes do not fit the free space at `where`; None if they do."""
     free = resources.free_disk(where) if free is None else free
     if need <= free:
         return None
+    change = (
+        f"fewer items in datasets.{dataset}.synthetic"
+        if synthetic
+        else f"datasets.{dataset}.source path: to read an existing copy in place"
+    )
     return (
         f"{stage} {dataset}: needs ~{resources.gb(need)} on {where} ({what}) but "
-        f"{resources.gb(free)} is free; free space or set data_root (datasets.{dataset}.source "
-        f"path: reads an existing copy in place)"
+        f"{resources.gb(free)} is free; free space, set data_root, or {change}"
     )
 
 
@@ -147,8 +157,22 @@ def raw_disk_verdict(dataset: str, block: dict[str, Any], data_root: Path) -> st
     need = disk_need(dataset, block)
     if need is None:
         return None
-    parts = f"download {resources.gb(need.download)} + extraction {resources.gb(need.extracted)}"
-    return disk_verdict("raw", dataset, need.raw, data_root, f"{parts}, from {need.basis}")
+    parts = f"extraction {resources.gb(need.extracted)}"
+    if need.download:
+        parts = f"download {resources.gb(need.download)} + {parts}"
+    synthetic = block["source"] == "synthetic"
+    what = f"{parts}, from {need.basis}"
+    return disk_verdict("raw", dataset, need.raw, data_root, what, synthetic=synthetic)
+
+
+def plan_raw_verdict(config: dict[str, Any], dataset: str) -> str | None:
+    """The raw job's line while Snakemake plans, before any job starts: only where the raw
+    folder is still to be made (a made one downloads nothing)."""
+    raw = Path(config["data_root"]) / "raw"
+    if (raw / dataset).exists():
+        return None
+    block = config["datasets"][dataset]
+    return raw_disk_verdict(dataset, {"source": block["source"], **block}, raw)
 
 
 def prepared_need(dataset: str, raw: Path) -> tuple[int, str]:
