@@ -169,7 +169,8 @@ def test_while_snakemake_plans_a_raw_folder_to_make_is_checked(tmp_path: Path) -
     huge = {"brats": {"synthetic": {"cases": 100000, "shape": [512, 512, 512]}}}
     config = validate({"data_root": str(tmp_path / "data"), "datasets": huge})
     line = capacity.plan_raw_verdict(config, "brats")
-    assert line is not None and line.startswith("raw brats: needs ~22.1 TB on ")
+    assert line is not None and line.startswith("raw brats: needs ~131 TB on ")
+    assert "(extraction 22.1 TB + prepared 109 TB, from the synthetic counts)" in line
     assert "from the synthetic counts" in line and "fewer items in datasets.brats.synthetic" in line
     (tmp_path / "data" / "raw" / "brats").mkdir(parents=True)  # made: nothing to download
     assert capacity.plan_raw_verdict(config, "brats") is None

@@ -153,26 +153,38 @@ def disk_verdict(
     )
 
 
-def raw_disk_verdict(dataset: str, block: dict[str, Any], data_root: Path) -> str | None:
+def raw_disk_verdict(
+    dataset: str, block: dict[str, Any], data_root: Path, then_prepared: bool = False
+) -> str | None:
+    """The raw stage's line: its download and extraction (and, while Snakemake plans, the
+    prepared copy that follows: `then_prepared`) against the free space at `data_root`."""
     need = disk_need(dataset, block)
     if need is None:
         return None
-    parts = f"extraction {resources.gb(need.extracted)}"
+    parts = [f"extraction {resources.gb(need.extracted)}"]
     if need.download:
-        parts = f"download {resources.gb(need.download)} + {parts}"
+        parts.insert(0, f"download {resources.gb(need.download)}")
+    total = need.raw
+    if then_prepared:
+        parts.append(f"prepared {resources.gb(need.prepared)}")
+        total += need.prepared
     synthetic = block["source"] == "synthetic"
-    what = f"{parts}, from {need.basis}"
-    return disk_verdict("raw", dataset, need.raw, data_root, what, synthetic=synthetic)
+    what = f"{' + '.join(parts)}, from {need.basis}"
+    return disk_verdict("raw", dataset, total, data_root, what, synthetic=synthetic)
 
 
 def plan_raw_verdict(config: dict[str, Any], dataset: str) -> str | None:
     """The raw job's line while Snakemake plans, before any job starts: only where the raw
-    folder is still to be made (a made one downloads nothing)."""
-    raw = Path(config["data_root"]) / "raw"
-    if (raw / dataset).exists():
+    folder is still to be made (a made one downloads nothing), with the prepared copy where
+    none of the dataset's is made yet."""
+    root = Path(config["data_root"])
+    if (root / "raw" / dataset).exists():
         return None
     block = config["datasets"][dataset]
-    return raw_disk_verdict(dataset, {"source": block["source"], **block}, raw)
+    prepared = (root / "prepared" / dataset).is_dir() and any(
+        (root / "prepared" / dataset).iterdir()
+    )
+    return raw_disk_verdict(dataset, block, root / "raw", then_prepared=not prepared)
 
 
 def prepared_need(dataset: str, raw: Path) -> tuple[int, str]:
