@@ -175,3 +175,15 @@ def test_while_snakemake_plans_a_raw_folder_to_make_is_checked(tmp_path: Path) -
     (tmp_path / "data" / "raw" / "brats").mkdir(parents=True)  # made: nothing to download
     assert capacity.plan_raw_verdict(config, "brats") is None
     assert capacity.plan_raw_verdict(validate({"data_root": str(tmp_path)}), "brats") is None
+
+
+def test_a_job_given_the_memory_its_rule_asks_passes_its_own_check() -> None:
+    """rules/train.smk's mem_mb and the train stage's check come from the same figures: a
+    Slurm job granted exactly mem_mb is not refused by its own preflight."""
+    for source, run in (("tcia", "default"), ("synthetic", "default")):
+        config = validate({"datasets": {"nsclc": {"source": source}}})
+        train = run_train(config["swinunetr"], "swinunetr", run)
+        asked = capacity.train_mem_mb(config, "swinunetr", run)
+        granted = Limit(asked * 2**20, f"the Slurm job's SLURM_MEM_PER_NODE={asked} MB")
+        parts = capacity.memory_need("swinunetr", train, source != "synthetic", granted)
+        assert capacity.memory_verdict("swinunetr", run, parts, granted) is None, (asked, parts)

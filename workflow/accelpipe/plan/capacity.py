@@ -245,17 +245,18 @@ def _volume_cache(
 ) -> dict[str, int]:
     volumes = math.floor(NSCLC_TRAIN_VOLUMES * train["cache_rate"])
     cache = volumes * NSCLC_CACHED_VOLUME_BYTES
+    # the uncached volumes are built in the loader workers, each epoch
+    workers = max(1, train.get("loader_workers", 0))
+    loader = workers * swinunetr.CACHE_BUILD_TRANSIENT * NSCLC_CACHED_VOLUME_BYTES
     if train.get("cache_memory_gb") is not None:
         budget = int(train["cache_memory_gb"] * 1e9)
     elif limit is not None:
         budget = int(limit.bytes * swinunetr.CACHE_SHARE)
-    else:  # the job's own ask: its default budget is half of it
-        budget = rest
-    parts = {"cache": min(cache, budget)}
-    if cache > budget:  # uncached volumes are built in the loader workers, each epoch
-        workers = max(1, train.get("loader_workers", 0))
-        parts["loader"] = workers * swinunetr.CACHE_BUILD_TRANSIENT * NSCLC_CACHED_VOLUME_BYTES
-    return parts
+    else:  # the job's own ask, M: its default budget, half of M, holds the rest
+        return {"cache": rest + loader, "loader": loader}
+    if cache <= budget:
+        return {"cache": cache}
+    return {"cache": budget, "loader": loader}
 
 
 def memory_verdict(
