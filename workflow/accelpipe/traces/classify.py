@@ -102,6 +102,39 @@ _GPU_HINT_CATS = frozenset(
 HPU_KERNEL_ARGS = ("recipeId", "recipeName")  # Gaudi bridge metadata on device ops
 
 
+# Runtime calls that launch exactly one kernel: the launch delay is measured from them
+# (graph launches run many kernels, memcpy/memset calls no kernel).
+_KERNEL_LAUNCH_RE = re.compile(
+    r"(?:cudaLaunchKernel(?:ExC)?|cudaLaunchCooperativeKernel|cuLaunchKernel(?:Ex)?"
+    r"|hipLaunchKernel|hipExtLaunchKernel|hipModuleLaunchKernel|hipExtModuleLaunchKernel"
+    r"|hipLaunchCooperativeKernel)(?:_ptsz|_spt)?"
+)
+# Device op kinds, by name as HTA tells them (hta.utils.utils.get_kernel_type), plus RCCL and
+# HCCL names HTA would call computation: communication, then memory, then "other" (HTA:
+# names with Sync, or Memcpy/Memset not at the start), else computation.
+COMPUTATION, COMMUNICATION, MEMORY, OTHER_KIND = "computation", "communication", "memory", "other"
+DEVICE_KINDS = (COMPUTATION, COMMUNICATION, MEMORY, OTHER_KIND)
+_COMM_RE = re.compile(r"nccl.*Kernel|rccl|hccl", re.IGNORECASE)
+_HTA_COMM_RE = re.compile(r"nccl.*Kernel")
+_MEMORY_RE = re.compile(r"Memcpy|Memset|dma")
+_NOT_COMPUTE_RE = re.compile(r".*Memcpy|Memset|.*Sync")
+
+
+def is_kernel_launch(name: Any) -> bool:
+    return type(name) is str and _KERNEL_LAUNCH_RE.fullmatch(name) is not None
+
+
+def op_kind(name: str) -> str:
+    """The kind of a device op from its name (memcpy/memset events are named Memcpy/Memset)."""
+    if _HTA_COMM_RE.match(name) or _COMM_RE.match(name):
+        return COMMUNICATION
+    if _MEMORY_RE.match(name):
+        return MEMORY
+    if _NOT_COMPUTE_RE.match(name):
+        return OTHER_KIND
+    return COMPUTATION
+
+
 def is_kineto_category(cat: str) -> bool:
     return cat in KINETO_CATS or cat.startswith(_KINETO_PREFIXES)
 

@@ -54,11 +54,18 @@ class FileEvents:
         self.step_thread, self.step_ts, self.step_dur = array("i"), array("d"), array("d")
         self.launch_corr, self.launch_thread, self.launch_ts = array("q"), array("i"), array("d")
         self.kern_corr, self.kern_ts, self.kern_dur = array("q"), array("d"), array("d")
-        self.kern_rows: set[Any] = set()  # (pid, tid) of rows carrying kernels
         self.copies = {classify.MEMCPY: [0, 0.0], classify.MEMSET: [0, 0.0]}
+        # The device side (``traces.device``): each kernel's name id and row, memcpy and
+        # memset events, and which launches are kernel launches.
+        self.op_names: dict[Any, int] = {}
+        self.kern_name, self.kern_thread = array("i"), array("i")
+        self.copy_name, self.copy_thread = array("i"), array("i")
+        self.copy_corr, self.copy_ts, self.copy_dur = array("q"), array("d"), array("d")
+        self.launch_is_kernel = array("b")
+        self._kernel_launch: dict[Any, int] = {}
+        self.rank = 0  # distributedInfo.rank
         self.hints: set[str] = set()
         self._roles: dict[str, str] = {}
-        self._launch_names: set[str] = set()
         # TF trace viewer events (no kineto "cat"), collected while the file may be one.
         self.tf: TFEvents | None = None
         self.memory = MemoryEvents()  # torch's [memory] events (profile_memory=True)
@@ -67,6 +74,9 @@ class FileEvents:
 
     def top_level(self, key: str, value: Any) -> None:
         self.evidence.top_level(key, value)
+        rank = value.get("rank") if key == "distributedInfo" and type(value) is dict else None
+        if type(rank) is int:
+            self.rank = rank
         if key == "deviceProperties":
             classify.property_hints(value, self.hints)
 
@@ -116,8 +126,9 @@ class FileEvents:
         their handling is inline; finite checks are ``x - x == 0`` (False for NaN and inf)."""
         roles, threads = self._roles, self.threads
         kern_corr, kern_ts, kern_dur = self.kern_corr, self.kern_ts, self.kern_dur
-        kern_rows = self.kern_rows
         l_corr, l_thread, l_ts = self.launch_corr, self.launch_thread, self.launch_ts
+        op_names, kern_name, kern_thread = self.op_names, self.kern_name, self.kern_thread
+        kernel_launch, l_kernel = self._kernel_launch, self.launch_is_kernel
         instants: list[dict] = []
         for ev in events:
             if type(ev) is not dict:
@@ -135,9 +146,9 @@ class FileEvents:
                 continue
             if role is RUNTIME or (role is OTHER and classify.looks_like_launch(ev.get("name"))):
                 name = ev.get("name")
-                if type(name) is str and name not in self._launch_names:
-                    self._launch_names.add(name)
-                    classify.name_hint(name, self.hints)
+                is_kernel = kernel_launch.get(name)
+                if is_kernel is None:
+                    is_kernel = self._launch_name(name)
                 corr = _correlation(ev)
                 if corr < 0 or type(ts) not in _NUM:
                     continue
@@ -152,6 +163,7 @@ class FileEvents:
                 l_corr.append(corr)
                 l_thread.append(thread)
                 l_ts.append(ts)
+                l_kernel.append(is_kernel)
                 continue
             if role is OTHER or role is MIRROR or ev.get("ph") != "X":
                 continue
@@ -168,16 +180,24 @@ class FileEvents:
                 kern_corr.append(corr)
                 kern_ts.append(ts)
                 kern_dur.append(dur)
-                try:  # noqa: SIM105 (a hot path: contextlib.suppress costs more)
-                    kern_rows.add((ev.get("pid"), ev.get("tid")))
-                except TypeError:  # a list or object as pid/tid: not a device row we know
-                    pass
+                key = (ev.get("pid"), ev.get("tid"))
+                try:
+                    thread = threads[key]
+                except (KeyError, TypeError):  # new, or an unhashable pid/tid
+                    thread = self.thread(key)
+                kern_thread.append(thread)
+                name = ev.get("name")
+                try:
+                    kern_name.append(op_names[name])
+                except (KeyError, TypeError):
+                    kern_name.append(self._op_name(name))
             elif role is ANNOTATION:
                 self._annotation(ev, ts, dur)
             else:
                 totals = self.copies[role]
                 totals[0] += 1
                 totals[1] += dur
+                self._copy(ev, role, ts, dur)
         if instants:
             self.memory.add_many(instants, threads, self.thread)
 
@@ -200,6 +220,31 @@ class FileEvents:
         pid = key[0] if isinstance(key, tuple) else key
         self.thread_pid.append(self._pids.setdefault(pid, len(self._pids)))
         return self.threads.setdefault(key, len(self.threads))
+
+    def _launch_name(self, name: Any) -> int:
+        """1 for a runtime call that launches one kernel (its delay is measured), else 0;
+        a new name also hints at the device."""
+        is_kernel = int(classify.is_kernel_launch(name))
+        if type(name) is str:
+            classify.name_hint(name, self.hints)
+            self._kernel_launch[name] = is_kernel
+        return is_kernel
+
+    def _op_name(self, name: Any) -> int:
+        """Id of a device op's name (``op_names``: insertion order)."""
+        name = name if type(name) is str else str(name)
+        return self.op_names.setdefault(name, len(self.op_names))
+
+    def _copy(self, ev: dict, role: str, ts: float, dur: float) -> None:
+        """A memcpy or memset (few next to kernels): its row, name, correlation, time."""
+        name = ev.get("name")
+        if type(name) is not str:
+            name = "Memcpy" if role == classify.MEMCPY else "Memset"
+        self.copy_name.append(self._op_name(name))
+        self.copy_thread.append(self.thread((ev.get("pid"), ev.get("tid"))))
+        self.copy_corr.append(max(_correlation(ev), -1))
+        self.copy_ts.append(ts)
+        self.copy_dur.append(dur)
 
     def _uncorrelated_kernel(self, ev: dict) -> None:
         """Gaudi's device ops carry recipe metadata and no correlation."""
@@ -226,9 +271,8 @@ class FileEvents:
     def device_rows(self) -> np.ndarray:
         """Thread ids of rows with kernels and no runtime events: device rows. (A host row
         that shares a device row's pid/tid, say pid 1 in a container, has launches.)"""
-        rows = {self.threads[k] for k in self.kern_rows if k in self.threads}
-        rows -= set(np.unique(np.frombuffer(self.launch_thread, np.int32)).tolist())
-        return np.fromiter(rows, np.int32, len(rows))
+        rows = np.unique(np.frombuffer(self.kern_thread, np.int32))
+        return rows[~np.isin(rows, np.frombuffer(self.launch_thread, np.int32))]
 
     def pid_of(self, threads: array | np.ndarray) -> np.ndarray:
         """Process ids (small ints) of thread ids."""

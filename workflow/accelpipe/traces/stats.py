@@ -11,6 +11,7 @@ import numpy as np
 
 from accelpipe.traces import classify, steps
 from accelpipe.traces.collect import FileEvents
+from accelpipe.traces.device import SHORT_KERNEL_US, RankDevice, add_file, rank_summary
 from accelpipe.traces.intervals import FIRST, step_breakdown
 from accelpipe.traces.join import Instances, join_file
 from accelpipe.traces.memory import MemoryPool
@@ -77,7 +78,9 @@ _COLUMNS = ("host_busy", "host_span", "kernel", "kernel_span", "device_busy")
 class Totals:
     """Everything pooled across the trace files of one summary."""
 
-    def __init__(self) -> None:
+    def __init__(self, short_kernel_us: float = SHORT_KERNEL_US) -> None:
+        self.short_kernel_us = short_kernel_us
+        self.ranks: dict[int, RankDevice] = {}  # the device side, per rank (traces.device)
         self.sections = SectionPool()
         self.memory = MemoryPool()
         self.steps: list[steps.Step] = []
@@ -99,6 +102,8 @@ class Totals:
         for kind, (count, dur) in fe.activity().items():
             self.activity[kind][0] += count
             self.activity[kind][1] += dur
+        if len(fe.kern_ts) or len(fe.copy_ts):
+            add_file(self.ranks.setdefault(fe.rank, RankDevice()), fe, self.short_kernel_us)
         inst, orphans = join_file(fe)
         self.orphans += orphans
         names = list(fe.names)  # ids are insertion order
@@ -200,6 +205,11 @@ class Totals:
             "sections": sections,
             "memory": self.memory.summary(list(sections)),
             "device_activity": {**activity, "kernels_without_launch": self.orphans},
+            "device_ranks": {
+                str(r): rank_summary(self.ranks[r], self.short_kernel_us)
+                for r in sorted(self.ranks)
+            }
+            or None,
             "skipped_events": {"non_finite_time": self.nonfinite},
             "notes": self.notes,
         }

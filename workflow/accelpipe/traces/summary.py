@@ -16,6 +16,7 @@ from accelpipe.core.io import atomic_path, write_text
 from accelpipe.core.xspace import xspace_to_trace_json
 from accelpipe.traces import formats, locate, reader
 from accelpipe.traces.collect import FileEvents
+from accelpipe.traces.device import SHORT_KERNEL_US
 from accelpipe.traces.markdown import render_markdown
 from accelpipe.traces.plot import plot_step_breakdown
 from accelpipe.traces.problems import Malformed, Unsupported
@@ -24,7 +25,9 @@ from accelpipe.traces.stats import Totals
 XPLANE_SUFFIX = ".xplane.pb"  # TF's profiler output: plugins/profile/<run>/<host>.xplane.pb
 
 
-def summarize_traces(paths: Sequence[str | Path] | str | Path) -> dict:
+def summarize_traces(
+    paths: Sequence[str | Path] | str | Path, short_kernel_us: float = SHORT_KERNEL_US
+) -> dict:
     """Summarize one or more chrome traces (e.g. successive profiler cycles) together.
 
     A TensorFlow profiler XSpace (``<host>.xplane.pb``) is converted to trace viewer JSON
@@ -52,14 +55,16 @@ def summarize_traces(paths: Sequence[str | Path] | str | Path) -> dict:
     ``memory`` (see ``traces.memory``) is None without torch ``[memory]`` events
     (``profile_memory`` off, or a TF trace); else ``events``, ``peak_allocated_bytes`` per
     device over the trace and, per section, the peak allocated bytes per device while it
-    was open (None for a section with no memory event inside).
+    was open (None for a section with no memory event inside). ``device_ranks`` (None
+    without device ops; a kineto trace's, per ``distributedInfo.rank``): the device side as
+    HTA reads it, see ``traces.device`` (kernels under ``short_kernel_us`` are short).
 
     Raises DataError naming the file if a trace is missing, truncated, malformed, neither a
     PyTorch profiler nor a TensorFlow trace viewer trace (nor an XSpace xprof converts), or
     the same trace as another one given (``x.json`` beside ``x.json.gz``).
     """
     paths = _checked(paths)
-    totals = Totals()
+    totals = Totals(short_kernel_us)
     for path in paths:
         fe, nbytes, fmt = _read(path)
         totals.add(fe, nbytes, fmt)
