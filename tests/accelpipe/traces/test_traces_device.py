@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelpipe.traces import classify, summarize_traces
+from accelpipe.traces import classify, render_markdown, summarize_traces
 from tests.helpers.chrome_traces import write_trace, x_event
 
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces"
@@ -353,3 +353,16 @@ def test_hta_cuda_sync_is_the_difference(tmp_path: Path) -> None:
         ("non_compute_time_ms", "non_compute"),
     ):
         assert abs(tb[ours_key] * 1e3 - hta[hta_key]) <= max(1e-3 * hta["window"], 1.0)
+
+
+def test_markdown_device_tables(tmp_path: Path) -> None:
+    """summary.md: one row per rank with the figures worked out in test_known_answers."""
+    text = render_markdown(summarize_traces(write_trace(tmp_path / "t.json", known_events())))
+    assert "## Device time (per rank)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 0 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:9] == ["0.310", "54.8", "22.6", "22.6", "0.070", "0.100", "0.010", "40.0"]
+    assert cells[9] == "0.310 / 0.010 / 0.035"
+    assert cells[10] == "50.0 / 79.4"
+    assert cells[11] == "2 under 10 µs (5.9)"
+    assert "| computation | gemm | 4 | 0.070 | 0.018 | 0.005 | 0.050 |" in text

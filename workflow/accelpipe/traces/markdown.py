@@ -71,6 +71,7 @@ def render_markdown(summary: dict) -> str:
     """A short report: header facts, step times, the step breakdown and a section table."""
     lines = ["# Profiler trace summary", "", *_facts(summary), ""]
     lines += _breakdown_table(summary.get("step_breakdown"))
+    lines += _device_tables(summary.get("device_ranks"))
     if not summary["sections"]:
         lines.append("No `record_function` sections in the trace.")
         return "\n".join(lines) + "\n"
@@ -109,6 +110,80 @@ def _breakdown_table(breakdown: dict | None) -> list[str]:
     for name, ms in rows:
         share = f"{100 * ms / step:.1f}" if step > 0 else "–"
         lines.append(f"| {_cell(name)} | {_fmt(ms)} | {share} |")
+    return [*lines, ""]
+
+
+DEVICE_LEGEND = (
+    "Per rank, as HolisticTraceAnalysis defines them (docs/traces.md): window = first device "
+    "op start to last end; idle = no kernel, memcpy or memset running; compute = union of "
+    "computation kernels; comm hidden = share of communication kernel time overlapped by "
+    "computation; launch delay = kernel start minus its launch call's start."
+)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def _device_tables(ranks: dict | None) -> list[str]:
+    """Per rank: time by kind, temporal breakdown, idle causes, overlap, launches; the top
+    kernels of each kind. Nothing for a trace without device ops."""
+    if not ranks:
+        return []
+    lines = [
+        "## Device time (per rank)",
+        "",
+        DEVICE_LEGEND,
+        "",
+        "| Rank | Window ms | Idle % | Compute % | Non-compute % | Computation ms | "
+        "Communication ms | Memory ms | Comm hidden % | Idle by cause, summed over streams: "
+        "host / kernel / other ms | "
+        "Launch delay p50 / p99 µs | Short kernels (% of kernel time) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for rank, r in ranks.items():
+        tb, kinds, launch = r["temporal_breakdown"], r["kernel_breakdown"], r["kernel_launches"]
+        window = tb["kernel_time_ms"]
+        idle = [sum(s[f"{c}_ms"] for s in r["idle_time_breakdown"].values()) for c in _CAUSES]
+        delay = launch["launch_delay_us"]
+        short = launch["short_kernels"]
+        lines.append(
+            f"| {rank} | {_fmt(window)} | {_pct(tb['idle_time_share'])} | "
+            f"{_pct(tb['compute_time_share'])} | "
+            f"{_pct(tb['non_compute_time_ms'] / window if window > 0 else None)} | "
+            + " | ".join(_fmt(kinds[k]["total_ms"]) for k in _KINDS)
+            + f" | {_pct(r['comp_comm_overlap_ratio'])} | "
+            + " / ".join(_fmt(v) for v in idle)
+            + " | "
+            + (f"{delay['p50']:,.1f} / {delay['p99']:,.1f}" if delay else "–")
+            + f" | {short['count']:,} under {short['threshold_us']:g} µs "
+            f"({_pct(short['time_share'])}) |"
+        )
+    lines.append("")
+    for rank, r in ranks.items():
+        lines += _top_table(rank, r["top_kernels"])
+    return lines
+
+
+_KINDS = ("computation", "communication", "memory")
+_CAUSES = ("host_wait", "kernel_wait", "other")
+TOP_ROWS = 5
+
+
+def _top_table(rank: str, top: dict[str, list[dict]]) -> list[str]:
+    lines = [
+        f"### Top kernels, rank {rank}",
+        "",
+        "| Kind | Kernel | Count | Total ms | Mean ms | Min ms | Max ms |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, rows in top.items():
+        for row in rows[:TOP_ROWS]:
+            name = row["name"] if len(row["name"]) <= 80 else row["name"][:77] + "..."
+            lines.append(
+                f"| {kind} | {_cell(name)} | {row['count']:,} | {_fmt(row['total_ms'])} | "
+                f"{_fmt(row['mean_ms'])} | {_fmt(row['min_ms'])} | {_fmt(row['max_ms'])} |"
+            )
     return [*lines, ""]
 
 
