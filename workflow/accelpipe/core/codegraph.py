@@ -1,6 +1,6 @@
 """The package modules a stage executes, read from the package's own import graph.
 
-The rules key each stage on these files' code (`code_key`: their ASTs without docstrings,
+The rules key each stage on these files' code (`code_key`: their bytecode without docstrings or line numbers,
 so a comment or a docstring changes nothing), so editing what a module executes re-runs
 exactly the stages that import it. The graph is read statically (no module is imported): every
 `import` and `from ... import` anywhere in a module counts, inside functions too (lazy
@@ -14,9 +14,11 @@ from __future__ import annotations
 import ast
 import hashlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import TypeGuard
+from types import CodeType
+from typing import Any, TypeGuard
 
 PACKAGE = "accelpipe"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -48,56 +50,96 @@ def _is_type_checking(node: ast.AST) -> TypeGuard[ast.If]:
     )
 
 
-def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    for child in ast.iter_child_nodes(node):
-        if _is_type_checking(child):  # only its `else:` runs
-            for branch in child.orelse:
-                yield from _import_nodes(ast.Module(body=[branch], type_ignores=[]))
+# The fields that hold statements: an import is a statement, so only these are walked.
+_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _import_nodes(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
             continue
-        if isinstance(child, ast.Import | ast.ImportFrom):
-            yield child
-        yield from _import_nodes(child)
+        if _is_type_checking(node):  # only its `else:` runs
+            todo.extend(node.orelse)
+            continue
+        for name in _STATEMENT_LISTS:
+            todo.extend(getattr(node, name, ()))
 
 
-def _absolute(node: ast.ImportFrom, current: str, is_package: bool) -> str:
+@dataclass(frozen=True)
+class _Read:
+    """What one parse of a module gives: its imports ((module or None, level, names): None
+    for `import a, b`) and the digest of what it executes."""
+
+    imports: tuple[tuple[str | None, int, tuple[str, ...]], ...]
+    digest: str
+
+
+@lru_cache(maxsize=4096)
+def _read(path: Path, mtime_ns: int, size: int) -> _Read:
+    """`path` parsed once (the stat values only key the cache, so an edited file is read
+    again)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    imports = tuple(
+        (None, 0, tuple(a.name for a in node.names))
+        if isinstance(node, ast.Import)
+        else (node.module or "", node.level, tuple(a.name for a in node.names))
+        for node in _import_nodes(tree)
+    )
+    return _Read(imports, _executed_digest(tree))
+
+
+def _read_file(path: Path) -> _Read:
+    stat = path.stat()
+    return _read(path, stat.st_mtime_ns, stat.st_size)
+
+
+def _absolute(module: str, level: int, current: str, is_package: bool) -> str:
     """The module a `from X import ...` names, with relative imports resolved."""
-    if not node.level:
-        return node.module or ""
+    if not level:
+        return module
     parts = current.split(".")
     base = parts if is_package else parts[:-1]
-    base = base[: len(base) - node.level + 1]
-    return ".".join([*base, node.module] if node.module else base)
+    base = base[: len(base) - level + 1]
+    return ".".join([*base, module] if module else base)
+
+
+def _from_imports(path: Path, package_dir: Path) -> Iterator[tuple[str | None, tuple[str, ...]]]:
+    """(the absolute module of a `from` import, or None for `import a, b`; the names)."""
+    current = _module_name(path, package_dir)
+    for module, level, names in _read_file(path).imports:
+        if module is None:
+            yield None, names
+        else:
+            yield _absolute(module, level, current, path.name == "__init__.py"), names
 
 
 def imported_names(path: Path, package_dir: Path = PACKAGE_DIR) -> set[str]:
     """Every module name `path` imports (inside the package or not)."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
-    current = _module_name(path, package_dir)
     names: set[str] = set()
-    for node in _import_nodes(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+    for source, imported in _from_imports(path, package_dir):
+        if source is None:
+            names.update(imported)
             continue
-        source = _absolute(node, current, path.name == "__init__.py")
         names.add(source)
         # `from pkg import sub` imports the submodule `pkg.sub` when there is one
-        names.update(f"{source}.{alias.name}" for alias in node.names)
+        names.update(f"{source}.{name}" for name in imported)
     return names
 
 
 def _module_imports(path: Path, package_dir: Path) -> set[str]:
     """The package modules `path` imports, each named once: `from pkg import sub` is an
     import of the module `pkg.sub`, and of `pkg` itself only for a name that is no module."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
     current = _module_name(path, package_dir)
     found: set[str] = set()
-    for node in _import_nodes(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+    for source, imported in _from_imports(path, package_dir):
+        if source is None:
+            found.update(imported)
             continue
-        source = _absolute(node, current, path.name == "__init__.py")
-        for alias in node.names:
-            sub = f"{source}.{alias.name}"
+        for name in imported:
+            sub = f"{source}.{name}"
             found.add(sub if module_file(sub, package_dir) is not None else source)
     return {name for name in found if module_file(name, package_dir) is not None} - {current}
 
@@ -153,7 +195,8 @@ def stage_code(entries: Iterable[str], package_dir: Path = PACKAGE_DIR) -> list[
 
 
 def _without_docstrings(tree: ast.Module) -> ast.Module:
-    """`tree` with the docstring of the module and of every class and function dropped."""
+    """`tree` with the docstring of the module and of every class and function dropped (a
+    body left empty gets a `pass`, as a docstring-only body executes nothing)."""
     for node in ast.walk(tree):
         if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             continue
@@ -163,21 +206,49 @@ def _without_docstrings(tree: ast.Module) -> ast.Module:
             and isinstance(first.value, ast.Constant)
             and isinstance(first.value.value, str)
         ):
-            node.body = node.body[1:]
+            node.body = node.body[1:] or [ast.copy_location(ast.Pass(), first)]
     return tree
 
 
-@lru_cache(maxsize=4096)
-def _executed_digest(path: Path, mtime_ns: int, size: int) -> str:
-    """sha256 of what `path` executes: its AST without docstrings, positions left out (the
-    stat values only key the cache, so an edited file is read again)."""
-    tree = _without_docstrings(ast.parse(path.read_bytes(), filename=str(path)))
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+def _executed_digest(tree: ast.Module) -> str:
+    """sha256 of what `tree` executes: its bytecode without docstrings, with no line numbers
+    or file name (a comment, a docstring or a moved line changes nothing)."""
+    code = compile(_without_docstrings(tree), "<accelpipe>", "exec", dont_inherit=True)
+    digest = hashlib.sha256()
+    _hash_code(code, digest)
+    return digest.hexdigest()
+
+
+def _hash_code(code: CodeType, digest: Any) -> None:
+    for part in (
+        code.co_code,
+        getattr(code, "co_exceptiontable", b""),  # Python >= 3.11
+        repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)),
+        repr((code.co_name, code.co_flags, code.co_argcount, code.co_posonlyargcount)),
+        repr((code.co_kwonlyargcount, code.co_stacksize, code.co_nlocals)),
+    ):
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            _hash_code(const, digest)
+        else:
+            digest.update(_const_repr(const).encode() + b"\0")
+
+
+def _const_repr(value: object) -> str:
+    """A constant's repr that is the same in every process: a frozenset's order follows
+    string hashing, which is salted per process."""
+    if isinstance(value, frozenset):
+        return "frozenset(" + repr(sorted(_const_repr(v) for v in value)) + ")"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_const_repr(v) for v in value) + ",)"
+    return f"{type(value).__name__}:{value!r}"
 
 
 def executed_digest(path: Path) -> str:
-    stat = path.stat()
-    return _executed_digest(path, stat.st_mtime_ns, stat.st_size)
+    """sha256 of what the module `path` executes (`_executed_digest`)."""
+    return _read_file(path).digest
 
 
 def code_key(files: Iterable[Path], package_dir: Path = PACKAGE_DIR) -> str:
