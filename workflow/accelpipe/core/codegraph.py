@@ -1,7 +1,8 @@
 """The package modules a stage executes, read from the package's own import graph.
 
-The rules key each stage on these files' code (`code_key`: their bytecode without docstrings or line numbers,
-so a comment or a docstring changes nothing), so editing what a module executes re-runs
+The rules key each stage on these files' code (`code_key`: their bytecode without docstrings,
+line numbers or file name, so a comment or a docstring changes nothing), so editing what a
+module executes re-runs
 exactly the stages that import it. The graph is read statically (no module is imported): every
 `import` and `from ... import` anywhere in a module counts, inside functions too (lazy
 imports run when the stage needs them), except those under `if TYPE_CHECKING:`, which
