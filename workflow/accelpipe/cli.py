@@ -127,12 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for compute_stage in (train, evaluate):
         compute_stage.add_argument("--threads", type=int, default=1, help="CPU threads")
-    _add(
+    summarize = _add(
         sub,
         "summarize-trace",
         "summarize profiler traces",
         ("--traces", "folder of chrome traces"),
         ("--out", "summary folder"),
+    )
+    summarize.add_argument(
+        "--short-kernel-us",
+        type=float,
+        default=None,
+        help="kernels shorter than this are short (default: 10, accelpipe.traces.device)",
     )
     publish = _add(
         sub,

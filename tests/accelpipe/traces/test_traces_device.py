@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from accelpipe.cli import build_parser
+from accelpipe.stages.trace import run_summarize_trace
 from accelpipe.traces import classify, render_markdown, summarize_traces
 from tests.helpers.chrome_traces import write_trace, x_event
 
@@ -366,3 +368,19 @@ def test_markdown_device_tables(tmp_path: Path) -> None:
     assert cells[10] == "50.0 / 79.4"
     assert cells[11] == "2 under 10 µs (5.9)"
     assert "| computation | gemm | 4 | 0.070 | 0.018 | 0.005 | 0.050 |" in text
+
+
+def test_cli_short_kernel_threshold(tmp_path: Path) -> None:
+    """summarize-trace --short-kernel-us reaches summary.json; without it, the default."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write_trace(traces / "t.json", known_events())
+    for flag, threshold, count in (([], 10.0, 2), (["--short-kernel-us", "11"], 11.0, 3)):
+        out = tmp_path / f"out{threshold}"
+        args = build_parser().parse_args(
+            ["summarize-trace", "--traces", str(traces), "--out", str(out), *flag]
+        )
+        run_summarize_trace(args)
+        short = json.loads((out / "summary.json").read_text())["device_ranks"]["0"]
+        assert short["kernel_launches"]["short_kernels"]["threshold_us"] == threshold
+        assert short["kernel_launches"]["short_kernels"]["count"] == count

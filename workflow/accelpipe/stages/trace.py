@@ -30,7 +30,7 @@ def run_summarize_trace(args: argparse.Namespace) -> None:
     folder = Path(args.traces)
     paths = trace_files(folder)
     with atomic_path(args.out) as tmp:
-        traces.write_summary(paths, tmp)
+        traces.write_summary(paths, tmp, getattr(args, "short_kernel_us", None))
         copied = copy_profiler_outputs(folder, tmp)
         names = [str(p.relative_to(folder)) for p in paths]
         provenance.write_stage(tmp, "trace", started, traces=names, profiler_outputs=copied)

@@ -71,10 +71,14 @@ def summarize_traces(
     return totals.summary(paths)
 
 
-def write_summary(paths: Sequence[str | Path], out_dir: str | Path) -> dict:
+def write_summary(
+    paths: Sequence[str | Path], out_dir: str | Path, short_kernel_us: float | None = None
+) -> dict:
     """Summarize ``paths`` and write ``summary.json``, ``summary.md`` and ``step_breakdown.png``
-    into ``out_dir`` (each atomically); returns the summary."""
-    summary = summarize_traces(paths)
+    into ``out_dir`` (each atomically); returns the summary. ``short_kernel_us``: None for
+    the default (``traces.device.SHORT_KERNEL_US``)."""
+    short = SHORT_KERNEL_US if short_kernel_us is None else short_kernel_us
+    summary = summarize_traces(paths, short)
     out = Path(out_dir)
     # allow_nan=False: a NaN that slipped through fails here instead of writing non-JSON.
     write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
