@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from accelpipe.core.errors import DataError
 from accelpipe.core.io import atomic_path, read_json, remove_stale_temporaries, write_csv
@@ -107,3 +108,13 @@ def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_read_yaml_reads_the_safe_subset_and_builds_no_python_object(tmp_path: Path) -> None:
+    from accelpipe.core.io import read_yaml
+
+    (tmp_path / "ok.yaml").write_text("a: [1, 2.5, true, null]\nb: {c: text}\n")
+    assert read_yaml(tmp_path / "ok.yaml") == {"a": [1, 2.5, True, None], "b": {"c": "text"}}
+    (tmp_path / "bad.yaml").write_text("x: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(yaml.constructor.ConstructorError):
+        read_yaml(tmp_path / "bad.yaml")

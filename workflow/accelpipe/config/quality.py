@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from accelpipe.config import recipes, registry
 from accelpipe.core.errors import ConfigError
+from accelpipe.core.io import read_yaml
 
 SCHEMA = Path(__file__).parents[1] / "schemas" / "quality_targets.schema.yaml"
 VERDICT_KEY = "quality_target"  # metrics.json's block
@@ -60,8 +60,8 @@ class QualityTarget:
 def _entries(path: Path) -> list[dict[str, Any]]:
     """The `targets` of `path`, checked against their schema (a file that breaks it names
     itself and what is wrong)."""
-    data: dict[str, Any] = {"targets": (yaml.safe_load(path.read_text()) or {}).get("targets")}
-    schema = yaml.safe_load(SCHEMA.read_text())
+    data: dict[str, Any] = {"targets": (read_yaml(path) or {}).get("targets")}
+    schema = read_yaml(SCHEMA)
     error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(data))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path)

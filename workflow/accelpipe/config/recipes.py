@@ -26,6 +26,7 @@ import yaml
 from accelpipe import REPO
 from accelpipe.config import registry
 from accelpipe.core.errors import ConfigError
+from accelpipe.core.io import read_yaml
 
 RECIPES_DIR = Path(__file__).parents[1] / "workloads"
 SCHEMA = Path(__file__).parents[1] / "schemas" / "recipe.schema.yaml"
@@ -102,12 +103,12 @@ def load(workload: str) -> Recipe:
     they differ, names itself and the row."""
     path = recipe_path(workload)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path)
     except (OSError, yaml.YAMLError) as err:
         reason = " ".join(str(err).split())
         raise ConfigError(f"{path}: cannot read the recipe ({reason})") from None
     error = jsonschema.exceptions.best_match(
-        jsonschema.Draft7Validator(yaml.safe_load(SCHEMA.read_text())).iter_errors(data)
+        jsonschema.Draft7Validator(read_yaml(SCHEMA)).iter_errors(data)
     )
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "top level"

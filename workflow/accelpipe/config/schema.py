@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import jsonschema
-import yaml
 
 from accelpipe.config import grid, registry, seeds
 from accelpipe.core.errors import ConfigError
+from accelpipe.core.io import read_yaml
 
 SCHEMA_PATH = Path(__file__).parents[1] / "schemas" / "config.schema.yaml"
 FIGURES_SCHEMA_PATH = SCHEMA_PATH.parent / "reference_figures.schema.yaml"
@@ -37,10 +37,10 @@ def load(path: Path = SCHEMA_PATH) -> dict[str, Any]:
     """The config schema: `path`'s shared keys and definitions, with every registered
     workload's part added; a part that adds anything else, or a key already there, is a
     ConfigError naming its file."""
-    root: dict[str, Any] = yaml.safe_load(path.read_text())
+    root: dict[str, Any] = read_yaml(path)
     for name in registry.WORKLOADS:
         part_path = registry.folder(name) / WORKLOAD_SCHEMA
-        part = yaml.safe_load(part_path.read_text()) or {}
+        part = read_yaml(part_path) or {}
         extra = sorted(set(part) - {"definitions", "properties"})
         if extra:
             raise ConfigError(f"{part_path}: only definitions and properties, not {extra[0]!r}")
@@ -344,7 +344,7 @@ def _block(name: str) -> dict[str, Any]:
 
 @cache
 def _figure_schema() -> dict[str, Any]:
-    properties = yaml.safe_load(FIGURES_SCHEMA_PATH.read_text())["properties"]
+    properties = read_yaml(FIGURES_SCHEMA_PATH)["properties"]
     figures: dict[str, Any] = properties["figures"]
     return figures
 

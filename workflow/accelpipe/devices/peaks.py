@@ -42,6 +42,7 @@ import jsonschema
 import yaml
 
 from accelpipe.core.errors import DataError
+from accelpipe.core.io import read_yaml
 from accelpipe.devices import PRECISIONS, device_family
 
 PEAKS_FILE = Path(__file__).with_name("peaks.yaml")
@@ -96,11 +97,11 @@ def load_peaks(path: Path = PEAKS_FILE) -> dict[tuple[str, str], _Row]:
     """The rows of `path` by (device, precision), checked against their schema; a bad or
     repeated entry fails with one DataError naming the file and the key."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path)
     except (OSError, yaml.YAMLError) as err:
         reason = " ".join(str(err).split())
         raise DataError(f"{path}: cannot read the device peaks ({reason})") from None
-    validator = jsonschema.Draft7Validator(yaml.safe_load(_SCHEMA.read_text()))
+    validator = jsonschema.Draft7Validator(read_yaml(_SCHEMA))
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:
         key = ".".join(str(p) for p in error.absolute_path) or "<root>"

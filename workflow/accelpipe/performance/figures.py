@@ -20,6 +20,7 @@ import yaml
 
 from accelpipe.config import recipes, registry
 from accelpipe.core.errors import DataError
+from accelpipe.core.io import read_yaml
 from accelpipe.devices import device_family, peaks
 
 PACKAGE_DIR = Path(__file__).parent.parent
@@ -69,12 +70,12 @@ def _figure_entries(path: Path) -> list[dict[str, Any]]:
     """The `figures` of `path`, checked against their schema; a bad entry fails with one
     DataError naming the file and the key."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = read_yaml(path) or {}
     except (OSError, yaml.YAMLError) as err:
         reason = " ".join(str(err).split())  # YAML's messages span lines
         raise DataError(f"{path}: cannot read the reference figures ({reason})") from None
     data = {"figures": data.get("figures")}
-    validator = jsonschema.Draft7Validator(yaml.safe_load(_SCHEMA.read_text()))
+    validator = jsonschema.Draft7Validator(read_yaml(_SCHEMA))
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:
         key = ".".join(str(p) for p in error.absolute_path) or "<root>"
@@ -101,7 +102,7 @@ def load_figures(path: Path | None = None) -> tuple[Figure, ...]:
 def figure_loader(workload: str) -> str:
     """The workload's input pipeline, as a figure's `loader` names it (its published.yaml:
     only the stages that read figures re-run on it)."""
-    data = yaml.safe_load(registry.published(workload).read_text()) or {}
+    data = read_yaml(registry.published(workload)) or {}
     if not isinstance(data.get("loader"), str):
         raise DataError(f"{registry.published(workload)}: key 'loader': a string, e.g. tf.data")
     return str(data["loader"])

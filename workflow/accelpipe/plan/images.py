@@ -15,12 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from accelpipe import REPO
 from accelpipe.config import registry
 from accelpipe.core.codegraph import executed_digest, stage_code
 from accelpipe.core.errors import ConfigError
+from accelpipe.core.io import read_yaml
 from accelpipe.stages import entry_modules
 
 IMAGES_FILE = Path("docker/images.yaml")
@@ -46,7 +45,7 @@ class ImageSpec:
 
 
 def load_specs(repo: Path = REPO) -> dict[str, ImageSpec]:
-    data = yaml.safe_load((repo / IMAGES_FILE).read_text())
+    data = read_yaml(repo / IMAGES_FILE)
     return {
         name: ImageSpec(
             name,
