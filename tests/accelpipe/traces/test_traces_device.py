@@ -191,23 +191,34 @@ def _hta():  # type: ignore[no-untyped-def]
 
 
 def hta_figures(
-    path: Path, work: Path, *, drop_sync: bool = True, ns_rounding: bool = False
-) -> dict:
-    """HTA's figures for rank 0 of one trace, in µs: the whole trace (last profiler step
-    included), and by default without HTA's two definitions that differ from ours
-    (cuda_sync rows as device time; ns timestamps shrunk to whole µs)."""
+    paths: list[Path],
+    work: Path,
+    *,
+    drop_sync: bool = True,
+    ns_rounding: bool = False,
+    include_last: bool = True,
+) -> dict[int, dict]:
+    """HTA's figures per rank (one trace file each), in µs. By default: the whole trace
+    (HTA's ``include_last_profiler_step=True``), without HTA's two definitions that differ
+    from ours (cuda_sync rows as device time; ns timestamps shrunk to whole µs)."""
     analysis = _hta()
-    logging.disable(logging.WARNING)
-    folder = work / path.name.replace(".", "_")
+    folder = work / f"hta{len(list(work.glob('hta*')))}"
     folder.mkdir()
-    shutil.copy(path, folder / path.name)
+    for path in paths:
+        shutil.copy(path, folder / path.name)
     old = os.environ.get("HTA_DISABLE_NS_ROUNDING")
     os.environ["HTA_DISABLE_NS_ROUNDING"] = "0" if ns_rounding else "1"
+    logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ta = analysis(trace_dir=str(folder), include_last_profiler_step=True)
-            return _read_hta(ta, drop_sync)
+            ta = analysis(trace_dir=str(folder), include_last_profiler_step=include_last)
+            ranks = dict(ta.t.traces)
+            out = {}
+            for rank, df in ranks.items():  # one rank at a time: HTA pools kernel types
+                ta.t.traces = {rank: df}
+                out[int(rank)] = _read_hta(ta, rank, drop_sync)
+            return out
     finally:
         logging.disable(logging.NOTSET)
         if old is None:
@@ -216,10 +227,9 @@ def hta_figures(
             os.environ["HTA_DISABLE_NS_ROUNDING"] = old
 
 
-def _read_hta(ta, drop_sync: bool) -> dict:  # type: ignore[no-untyped-def]
+def _read_hta(ta, rank: int, drop_sync: bool) -> dict:  # type: ignore[no-untyped-def]
     ids = ta.t.symbol_table.get_sym_id_map()
     names = ta.t.symbol_table.get_sym_table()
-    rank = ta.t.get_ranks()[0]
     if drop_sync:
         df = ta.t.traces[rank]
         ta.t.traces[rank] = df[df["cat"] != ids.get("cuda_sync", -1000)]
@@ -289,14 +299,37 @@ def _agree(ours: dict, hta: dict, path: str) -> dict[str, float]:
 def test_agrees_with_hta_on_real_traces(name: str, tmp_path: Path) -> None:
     path = SHARED / name
     ours = summarize_traces(path)["device_ranks"]["0"]
-    _agree(ours, hta_figures(path, tmp_path), name)
+    _agree(ours, hta_figures([path], tmp_path)[0], name)
 
 
 def test_agrees_with_hta_on_a_made_trace(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "made.json", known_events())
     ours = summarize_traces(path)["device_ranks"]["0"]
-    dev = _agree(ours, hta_figures(path, tmp_path), "made")
+    dev = _agree(ours, hta_figures([path], tmp_path)[0], "made")
     assert max(dev.values()) == 0
+
+
+def _shifted(events: list[dict], by: float, longer: float) -> list[dict]:
+    """The events ``by`` µs later, the first gemm ``longer`` µs longer."""
+    out = [{**e, "ts": e["ts"] + by} for e in events]
+    first = next(e for e in out if e["name"] == "gemm")
+    first["dur"] += longer
+    return out
+
+
+def test_agrees_with_hta_rank_by_rank(tmp_path: Path) -> None:
+    """Two ranks, one file each: every figure of each rank is HTA's for that rank."""
+    a = write_trace(tmp_path / "rank0.json", known_events())
+    b = write_trace(tmp_path / "rank1.json", _shifted(known_events(), 1000, 25))
+    doc = json.loads(b.read_text())
+    doc["distributedInfo"]["rank"] = 1
+    b.write_text(json.dumps(doc))
+    ours = summarize_traces([a, b])["device_ranks"]
+    hta = hta_figures([a, b], tmp_path)
+    assert sorted(hta) == [0, 1] and sorted(ours) == ["0", "1"]
+    assert ours["0"]["temporal_breakdown"] != ours["1"]["temporal_breakdown"]
+    for rank in (0, 1):
+        assert max(_agree(ours[str(rank)], hta[rank], f"rank {rank}").values()) == 0
 
 
 def _rewritten(src: Path, dst: Path, edit) -> Path:  # type: ignore[no-untyped-def]
@@ -316,7 +349,7 @@ def test_hta_rounding_is_the_difference(tmp_path: Path) -> None:
     path = SHARED / name
     if not path.is_file():
         pytest.skip(f"{path} not found")
-    hta = hta_figures(path, tmp_path, ns_rounding=True)
+    hta = hta_figures([path], tmp_path, ns_rounding=True)[0]
     ours = summarize_traces(path)["device_ranks"]["0"]["temporal_breakdown"]
     assert abs(ours["compute_time_ms"] * 1e3 - hta["compute"]) > 1e-3 * hta["window"]
 
@@ -339,7 +372,7 @@ def test_hta_cuda_sync_is_the_difference(tmp_path: Path) -> None:
     path = SHARED / name
     if not path.is_file():
         pytest.skip(f"{path} not found")
-    hta = hta_figures(path, tmp_path, drop_sync=False)
+    hta = hta_figures([path], tmp_path, drop_sync=False)[0]
     ours = summarize_traces(path)["device_ranks"]["0"]["temporal_breakdown"]
     assert abs(ours["kernel_time_ms"] * 1e3 - hta["window"]) > 1e-3 * hta["window"]
 
@@ -384,3 +417,35 @@ def test_cli_short_kernel_threshold(tmp_path: Path) -> None:
         short = json.loads((out / "summary.json").read_text())["device_ranks"]["0"]
         assert short["kernel_launches"]["short_kernels"]["threshold_us"] == threshold
         assert short["kernel_launches"]["short_kernels"]["count"] == count
+
+
+def test_hta_last_step_is_the_difference(tmp_path: Path) -> None:
+    """By default HTA leaves out device ops launched in the last ProfilerStep (and those
+    with no launch); the sampled trace without them gives our figures HTA's default ones."""
+    name = "timeline_analysis__sampled_rank-0.json.gz"
+    path = SHARED / name
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    hta = hta_figures([path], tmp_path, include_last=False)[0]
+    ours = summarize_traces(path)["device_ranks"]["0"]["temporal_breakdown"]
+    assert abs(ours["kernel_time_ms"] * 1e3 - hta["window"]) > 1e-3 * hta["window"]
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    last = max(
+        e["ts"]
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e.get("name")).startswith("ProfilerStep#")
+    )
+    launched = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+
+    def before_last(e: dict) -> bool:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            return True
+        return launched.get(e.get("args", {}).get("correlation"), last) < last
+
+    kept = write_trace(tmp_path / "kept.json", [e for e in events if before_last(e)])
+    _agree(summarize_traces(kept)["device_ranks"]["0"], hta, name)
