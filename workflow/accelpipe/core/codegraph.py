@@ -195,10 +195,20 @@ def stage_code(entries: Iterable[str], package_dir: Path = PACKAGE_DIR) -> list[
     return sorted(seen)
 
 
+def _statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """`tree` and every statement in it, nested ones too (expressions are not walked)."""
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for name in _STATEMENT_LISTS:
+            todo.extend(getattr(node, name, ()))
+
+
 def _without_docstrings(tree: ast.Module) -> ast.Module:
     """`tree` with the docstring of the module and of every class and function dropped (a
     body left empty gets a `pass`, as a docstring-only body executes nothing)."""
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         first = node.body[0] if node.body else None
