@@ -449,3 +449,47 @@ def test_hta_last_step_is_the_difference(tmp_path: Path) -> None:
 
     kept = write_trace(tmp_path / "kept.json", [e for e in events if before_last(e)])
     _agree(summarize_traces(kept)["device_ranks"]["0"], hta, name)
+
+
+def _tf_trace(events: list[dict]) -> dict:
+    """``known_events`` as xprof's trace viewer JSON writes a GPU host (the shape of
+    test_traces_tensorflow's hand-built trace): string correlation_ids, launches on a host
+    thread, ops on "Stream #N" lines of the /device:GPU:0 process."""
+    host, gpu = 701, 1
+    out: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": host, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": gpu, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "thread_name", "pid": host, "tid": 10, "args": {"name": "python"}},
+    ]
+    for s in (7, 20):
+        meta = {"ph": "M", "name": "thread_name", "pid": gpu, "tid": s}
+        out.append(meta | {"args": {"name": f"Stream #{s}(Kernel)"}})
+    step = {"ph": "X", "name": "train 1", "pid": host, "tid": 10, "ts": 0, "dur": 500}
+    out.append(step | {"args": {"group_id": "1", "step_num": "1"}})
+    for e in events:
+        where = {"pid": host, "tid": 10} if e["pid"] == HOST["pid"] else {"pid": gpu}
+        args = {"correlation_id": str(e["args"]["correlation"]), "group_id": "1"}
+        out.append({**e, **where, "args": args})  # device ops keep their tid: the stream
+    for e in out:
+        e.pop("cat", None)
+    return {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "traceEvents": out}
+
+
+def test_tf_trace_device_side(tmp_path: Path) -> None:
+    """The TF trace viewer form of the known trace gives the same figures, streams named by
+    their lines."""
+    path = tmp_path / "trace_step000001.json"
+    path.write_text(json.dumps(_tf_trace(known_events())))
+    summary = summarize_traces(path)
+    assert summary["format"] == "tf-trace-viewer"
+    tf = summary["device_ranks"]["0"]
+    kineto = summarize_traces(write_trace(tmp_path / "k.json", known_events()))["device_ranks"]
+    want = kineto["0"]
+    want["idle_time_breakdown"] = {
+        f"Stream #{s}": row for s, row in want["idle_time_breakdown"].items()
+    }
+    assert tf["idle_time_breakdown"] == {
+        "Stream #20": {"host_wait_ms": 0.18, "kernel_wait_ms": 0.0, "other_ms": 0.0},
+        "Stream #7": {"host_wait_ms": 0.13, "kernel_wait_ms": 0.01, "other_ms": 0.035},
+    }
+    assert tf == want

@@ -99,7 +99,9 @@ def test_summary_json_is_never_written_with_nan(
     path = write_trace(tmp_path / "t.json", cuda_events())
     real = summary_module.summarize_traces
     monkeypatch.setattr(
-        summary_module, "summarize_traces", lambda p: real(p) | {"bytes": float("nan")}
+        summary_module,
+        "summarize_traces",
+        lambda p, *args: real(p, *args) | {"bytes": float("nan")},
     )
     with pytest.raises(ValueError, match="not JSON compliant"):
         write_summary([path], tmp_path / "out")

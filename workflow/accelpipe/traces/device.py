@@ -30,12 +30,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from accelpipe.traces import classify
+from accelpipe.traces import classify, tf_collect
 from accelpipe.traces.collect import FileEvents
 from accelpipe.traces.intervals import merged
+from accelpipe.traces.tf_collect import TFEvents
 
 CONSECUTIVE_KERNEL_DELAY_US = 30.0  # HTA's default for get_idle_time_breakdown
 SHORT_KERNEL_US = 10.0  # summarize-trace's default for short kernels
@@ -63,59 +65,111 @@ class RankDevice:
 
 
 @dataclass
+class Columns:
+    """One file's device ops (kernels first, then memcpys/memsets) and runtime calls, in
+    whichever producer's form: ``from_kineto``, ``from_tf``."""
+
+    ts: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray  # ids into ``names``
+    names: list[str]
+    thread: np.ndarray  # ids into ``labels``
+    labels: list[str]  # each thread's stream label
+    corr: np.ndarray  # -1: none
+    n_kernels: int
+    launch_corr: np.ndarray
+    launch_ts: np.ndarray
+    launch_is_kernel: np.ndarray  # bool
+
+
+@dataclass
 class _Ops:
     """A file's device ops, sorted by start."""
 
     ts: np.ndarray
     end: np.ndarray
     kind: np.ndarray  # index into KINDS
-    name: np.ndarray  # FileEvents.op_names ids
+    name: np.ndarray  # Columns.names ids
     thread: np.ndarray
     corr: np.ndarray
     is_kernel: np.ndarray
 
 
-def _ops(fe: FileEvents) -> _Ops:
-    kinds = np.array([KINDS.index(classify.op_kind(n)) for n in fe.op_names] or [0], dtype=np.int8)
-    n_kern = len(fe.kern_ts)
-    name = np.concatenate(
-        (np.frombuffer(fe.kern_name, np.int32), np.frombuffer(fe.copy_name, np.int32))
+def from_kineto(fe: FileEvents) -> Columns:
+    def both(a: Any, b: Any, dtype: Any) -> np.ndarray:
+        return np.concatenate((np.frombuffer(a, dtype), np.frombuffer(b, dtype)))
+
+    return Columns(
+        ts=both(fe.kern_ts, fe.copy_ts, np.float64),
+        dur=both(fe.kern_dur, fe.copy_dur, np.float64),
+        name=both(fe.kern_name, fe.copy_name, np.int32),
+        names=list(fe.op_names),
+        thread=both(fe.kern_thread, fe.copy_thread, np.int32),
+        labels=_stream_labels(list(fe.threads)),
+        corr=both(fe.kern_corr, fe.copy_corr, np.int64),
+        n_kernels=len(fe.kern_ts),
+        launch_corr=np.frombuffer(fe.launch_corr, np.int64),
+        launch_ts=np.frombuffer(fe.launch_ts, np.float64),
+        launch_is_kernel=np.frombuffer(fe.launch_is_kernel, np.int8) == 1,
     )
-    kind = kinds[name]
-    kind[n_kern:] = KINDS.index(classify.MEMORY)  # a memcpy or memset, whatever its name
-    ts = np.concatenate((np.frombuffer(fe.kern_ts), np.frombuffer(fe.copy_ts)))
-    dur = np.concatenate((np.frombuffer(fe.kern_dur), np.frombuffer(fe.copy_dur)))
-    thread = np.concatenate(
-        (np.frombuffer(fe.kern_thread, np.int32), np.frombuffer(fe.copy_thread, np.int32))
+
+
+def from_tf(tfe: TFEvents, device_rows: np.ndarray, row_labels: list[str]) -> Columns:
+    """A TF trace viewer file: correlated events on device stream rows are the ops (kind
+    from the name: ``MemcpyH2D`` ... are memory), those on host rows the runtime calls."""
+    row = np.frombuffer(tfe.dev_row, np.int32)
+    on = device_rows[row] if len(row) else np.zeros(0, bool)
+    copy = np.frombuffer(tfe.dev_kind, np.int8) != tf_collect.KERNEL
+    order = np.concatenate((np.flatnonzero(on & ~copy), np.flatnonzero(on & copy)))
+    corr = np.frombuffer(tfe.dev_corr, np.int64)
+    names = np.frombuffer(tfe.dev_name, np.int32)
+    launch = ~on & (corr >= 0)
+    is_launch = np.array([classify.is_kernel_launch(n) for n in tfe.dev_names] or [False])
+    return Columns(
+        ts=np.frombuffer(tfe.dev_ts, np.float64)[order],
+        dur=np.frombuffer(tfe.dev_dur, np.float64)[order],
+        name=names[order],
+        names=list(tfe.dev_names),
+        thread=row[order],
+        labels=row_labels,
+        corr=corr[order],
+        n_kernels=int((on & ~copy).sum()),
+        launch_corr=corr[launch],
+        launch_ts=np.frombuffer(tfe.dev_ts, np.float64)[launch],
+        launch_is_kernel=is_launch[names[launch]],
     )
-    corr = np.concatenate(
-        (np.frombuffer(fe.kern_corr, np.int64), np.frombuffer(fe.copy_corr, np.int64))
-    )
-    is_kernel = np.arange(len(ts)) < n_kern
-    order = np.argsort(ts, kind="stable")
+
+
+def _ops(cols: Columns) -> _Ops:
+    kinds = np.array([KINDS.index(classify.op_kind(n)) for n in cols.names] or [0], np.int8)
+    kind = kinds[cols.name]
+    kind[cols.n_kernels :] = KINDS.index(classify.MEMORY)  # a memcpy or memset, any name
+    is_kernel = np.arange(len(cols.ts)) < cols.n_kernels
+    order = np.argsort(cols.ts, kind="stable")
+    ts = cols.ts[order]
     return _Ops(
-        ts[order],
-        ts[order] + np.maximum(dur[order], 0.0),
+        ts,
+        ts + np.maximum(cols.dur[order], 0.0),
         kind[order],
-        name[order],
-        thread[order],
-        corr[order],
+        cols.name[order],
+        cols.thread[order],
+        cols.corr[order],
         is_kernel[order],
     )
 
 
-def add_file(rank: RankDevice, fe: FileEvents, short_kernel_us: float) -> None:
+def add_file(rank: RankDevice, cols: Columns, short_kernel_us: float) -> None:
     """Add one file's device figures to its rank's."""
-    if not len(fe.kern_ts) and not len(fe.copy_ts):
+    if not len(cols.ts):
         return
-    ops = _ops(fe)
+    ops = _ops(cols)
     rank.window += float(ops.end.max() - ops.ts[0])
     lo, hi = merged(ops.ts, ops.end)
     rank.busy += float((hi - lo).sum())
     _add_kinds(rank, ops)
-    _add_names(rank, ops, list(fe.op_names))
-    launch_ts, launch_kernel = _launch_lookup(fe, ops.corr)
-    _add_idle(rank, ops, launch_ts, _stream_labels(fe))
+    _add_names(rank, ops, cols.names)
+    launch_ts, launch_kernel = _launch_lookup(cols, ops.corr)
+    _add_idle(rank, ops, launch_ts, cols.labels)
     k = ops.is_kernel
     dur = ops.end[k] - ops.ts[k]
     short = dur < short_kernel_us
@@ -182,27 +236,25 @@ def _add_names(rank: RankDevice, ops: _Ops, names: list[str]) -> None:
             entry[3] = max(entry[3], float(b))
 
 
-def _launch_lookup(fe: FileEvents, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _launch_lookup(cols: Columns, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per op: its runtime call's start (NaN without one; the first call of a correlation)
     and whether that call launches one kernel."""
-    l_corr = np.frombuffer(fe.launch_corr, np.int64)
     start = np.full(len(corr), np.nan)
     kernel = np.zeros(len(corr), bool)
-    if not len(l_corr):
+    if not len(cols.launch_corr):
         return start, kernel
-    uniq, first = np.unique(l_corr, return_index=True)
+    uniq, first = np.unique(cols.launch_corr, return_index=True)
     pos = np.minimum(np.searchsorted(uniq, corr), len(uniq) - 1)
     hit = (uniq[pos] == corr) & (corr >= 0)
     pick = first[pos[hit]]
-    start[hit] = np.frombuffer(fe.launch_ts)[pick]
-    kernel[hit] = np.frombuffer(fe.launch_is_kernel, np.int8)[pick] == 1
+    start[hit] = cols.launch_ts[pick]
+    kernel[hit] = cols.launch_is_kernel[pick]
     return start, kernel
 
 
-def _stream_labels(fe: FileEvents) -> list[str]:
-    """A label per thread id: its tid (a device row's tid is its stream), with the pid when
-    two processes' rows share a tid."""
-    keys = list(fe.threads)
+def _stream_labels(keys: list[Any]) -> list[str]:
+    """A label per kineto thread id (its (pid, tid) key): its tid (a device row's tid is its
+    stream), with the pid when two processes' rows share a tid."""
     tids = [k[1] if isinstance(k, tuple) else k for k in keys]
     shared = {t for t, n in Counter(map(str, tids)).items() if n > 1}
     return [

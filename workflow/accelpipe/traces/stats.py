@@ -11,7 +11,14 @@ import numpy as np
 
 from accelpipe.traces import classify, steps
 from accelpipe.traces.collect import FileEvents
-from accelpipe.traces.device import SHORT_KERNEL_US, RankDevice, add_file, rank_summary
+from accelpipe.traces.device import (
+    SHORT_KERNEL_US,
+    RankDevice,
+    add_file,
+    from_kineto,
+    from_tf,
+    rank_summary,
+)
 from accelpipe.traces.intervals import FIRST, step_breakdown
 from accelpipe.traces.join import Instances, join_file
 from accelpipe.traces.memory import MemoryPool
@@ -103,7 +110,8 @@ class Totals:
             self.activity[kind][0] += count
             self.activity[kind][1] += dur
         if len(fe.kern_ts) or len(fe.copy_ts):
-            add_file(self.ranks.setdefault(fe.rank, RankDevice()), fe, self.short_kernel_us)
+            rank = self.ranks.setdefault(fe.rank, RankDevice())
+            add_file(rank, from_kineto(fe), self.short_kernel_us)
         inst, orphans = join_file(fe)
         self.orphans += orphans
         names = list(fe.names)  # ids are insertion order
@@ -147,6 +155,9 @@ class Totals:
         for note in [TF_NOTE, *tf.notes()]:
             if note not in self.notes:
                 self.notes.append(note)
+        if tf.gpu:  # rank 0: a TF trace viewer file says no rank
+            cols = from_tf(tfe, tf.kernel_rows, tf.row_labels())
+            add_file(self.ranks.setdefault(0, RankDevice()), cols, self.short_kernel_us)
         inst = tf.instances
         self.sections.extend(tf.names, inst)
         self._add_steps(tf.steps(), inst, tf.names, tf.section_intervals())

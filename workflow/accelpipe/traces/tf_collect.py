@@ -67,13 +67,16 @@ class TFEvents:
         # Ops and kernels with a section scope; kernels are told apart by row at the end.
         self.op_sec, self.op_row, self.op_group = array("b"), array("i"), array("q")
         self.op_ts, self.op_dur = array("d"), array("d")
-        # All correlated (device) events: row, name kind, duration.
+        # All correlated events (device ops, and the host's runtime calls): row, name kind,
+        # time, name id (``dev_names``) and correlation (-1 when not an integer).
         self.dev_row, self.dev_kind, self.dev_ts, self.dev_dur = (
             array("i"),
             array("b"),
             array("d"),
             array("d"),
         )
+        self.dev_name, self.dev_corr = array("i"), array("q")
+        self.dev_names: dict[str, int] = {}
 
     def take_block(
         self, seg: bytes, clean: bytes, starts: np.ndarray, ends: np.ndarray, base: int, first: int
@@ -107,6 +110,9 @@ class TFEvents:
                 self.dev_kind.append(_kind(name))
                 self.dev_ts.append(ts)
                 self.dev_dur.append(dur)
+                label = name if type(name) is str else str(name)
+                self.dev_name.append(self.dev_names.setdefault(label, len(self.dev_names)))
+                self.dev_corr.append(_correlation(args.get("correlation_id")))
             if "step_num" in args:
                 self.step_row.append(row)
                 self.step_ts.append(ts)
@@ -166,6 +172,15 @@ def _group(args: dict) -> int:
         return int(args.get("group_id"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return -1
+
+
+def _correlation(value: Any) -> int:
+    """xprof writes ``correlation_id`` as a string; -1 when it is no non-negative integer."""
+    try:
+        corr = int(value)
+    except (TypeError, ValueError):
+        return -1
+    return corr if 0 <= corr < 1 << 63 else -1
 
 
 KERNEL, MEMCPY, MEMSET = 0, 1, 2

@@ -103,6 +103,11 @@ class TFFile:
             name: [int((kind == k).sum()), float(dur[kind == k].sum())] for k, name in keys.items()
         }
 
+    def row_labels(self) -> list[str]:
+        """Per row: its thread name up to ``(`` (``Stream #7``), else its tid."""
+        t = self.tfe
+        return [str(t.thread_names.get(k) or k[1]).split("(", 1)[0].strip() for k in t.row_keys]
+
     def notes(self) -> list[str]:
         t = self.tfe
         if len(t.op_sec) or not self.markers.any():
