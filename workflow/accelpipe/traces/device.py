@@ -1,4 +1,5 @@
-"""The device side of a kineto trace as HTA (HolisticTraceAnalysis) reads it, per rank.
+"""The device side of a trace as HTA (HolisticTraceAnalysis) reads it, per rank: kineto
+files (``from_kineto``) and TF trace viewer files (``from_tf``, rank 0) alike.
 
 A file's device ops are its kernels, memcpys and memsets (``cuda_sync`` rows are waits, not
 activity: HTA counts them, see docs/traces.md). Each op has a kind from its name
