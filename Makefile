@@ -23,9 +23,9 @@ $(VENV)/.installed: requirements/*.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch and tensorflow-cpu are pinned in requirements/cpu.txt: an unpinned torch pulls
-	# the CUDA build. tf-keras names `tensorflow` (the full build): no deps for it.
+	# the CUDA build. tf-keras names `tensorflow` (the full build), HTA jupyterlab: no deps for them.
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps -r requirements/tf-keras.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements/tf-keras.txt -r requirements/hta.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e . --config-settings editable_mode=compat
 	touch $@
 
