@@ -9,8 +9,10 @@ BIN := $(CURDIR)/$(VENV)/bin
 # cgroup's cpuset, taskset; not OMP_NUM_THREADS, which a shell may have set for one process);
 # `make run CORES=4` for fewer.
 CORES ?= $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
-# pytest processes (pytest-xdist, a test file per process at a time; tests/conftest.py): `make test TEST_WORKERS=1`
-TEST_WORKERS ?= 2
+# pytest processes (pytest-xdist, a test file per process at a time; tests/conftest.py): `make test TEST_WORKERS=1`.
+# Three on two cores: the end-to-end tests wait on Snakemake's job polling, Slurm, Podman and
+# single-threaded stages (two processes left the machine ~17% idle; three keep it ~96% busy).
+TEST_WORKERS ?= 3
 # Each suite's JUnit report: `python scripts/test_durations.py .test-reports/main.xml` refreshes
 # the seconds per test file that the scheduler starts the longest first by (tests/durations.json).
 REPORTS := .test-reports

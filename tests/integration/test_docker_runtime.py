@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,17 @@ pytestmark = pytest.mark.integration
 TARGET = "results/unet2d/fold0"
 
 
-def _ours(engine) -> list:
-    return engine.containers.list(all=True, filters={"label": containers.LABEL})
+@pytest.fixture(scope="module")
+def ours(engine, tmp_path_factory: pytest.TempPathFactory) -> Callable[[], list]:
+    """accelpipe's containers that this pytest process started: those working in its temp
+    folder (another process's tests, e.g. the TF image's, run theirs at the same time)."""
+    mine = str(tmp_path_factory.getbasetemp().resolve())
+
+    def listed() -> list:
+        found = engine.containers.list(all=True, filters={"label": containers.LABEL})
+        return [c for c in found if c.attrs["Config"]["WorkingDir"].startswith(mine)]
+
+    return listed
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +118,7 @@ def test_container_runs_as_the_calling_uid(
 
 
 def test_exit_code_propagates_and_container_is_removed(
-    engine, docker_project: Project, tmp_path: Path
+    engine, ours, docker_project: Project, tmp_path: Path
 ) -> None:
     log = tmp_path / "job.log"
     code = _python_in_image(
@@ -116,15 +126,15 @@ def test_exit_code_propagates_and_container_is_removed(
     )
     assert code == 3
     assert "out" in log.read_text()
-    assert _ours(engine) == []
+    assert ours() == []
 
 
-def test_no_container_is_left_behind(engine, docker_project: Project) -> None:
-    assert _ours(engine) == []
+def test_no_container_is_left_behind(engine, ours, docker_project: Project) -> None:
+    assert ours() == []
 
 
 def test_interrupting_snakemake_mid_train_removes_the_container(
-    engine, docker_project: Project
+    engine, ours, docker_project: Project
 ) -> None:
     endless = 'unet2d={"train":{"epochs":100000,"steps_per_epoch":3}}'
     job = docker_project.start_snakemake("work/unet2d/fold2/train", "--config", endless)
@@ -133,7 +143,7 @@ def test_interrupting_snakemake_mid_train_removes_the_container(
             lambda: next(
                 (
                     c
-                    for c in _ours(engine)
+                    for c in ours()
                     if "train" in c.labels[containers.LABEL] and c.status == "running"
                 ),
                 None,
@@ -153,7 +163,7 @@ def test_interrupting_snakemake_mid_train_removes_the_container(
         assert job.wait() != 0
     finally:
         docker_project.kill(job)
-    assert _ours(engine) == []
+    assert ours() == []
     assert not (docker_project.root / "work/unet2d/fold2/train").exists()
 
 

@@ -76,7 +76,10 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         shards = TINY_CONFIG[workload]["prepare"]
         if dataset == "coco":
             raw = synthesize_coco(root / "coco_raw", **sizes)
-            made[workload] = coco.prepare(raw, root / "coco", **shards)
+            # as the prepare stage sizes its shards (shard_mb or the counts)
+            made[workload] = coco.prepare_variant(
+                "tfrecord", raw, root / "coco", {"prepare": shards}, 1
+            )
         else:
             raw = synthesize_ade20k(root / "ade20k_raw", **sizes)
             made[workload] = ade20k.prepare(raw, root / "ade20k", **shards)

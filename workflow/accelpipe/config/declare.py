@@ -39,6 +39,27 @@ class Examples:
 
 
 @dataclass(frozen=True)
+class VolumeCache:
+    """An in-memory cache of whole training volumes on real data (accelpipe.inputs.volume_cache
+    bounds it; accelpipe.plan.capacity counts it): the full dataset's figures."""
+
+    volume_bytes: int  # one volume as cached, after the transforms that precede caching
+    train_volumes: int  # the full training split
+    build_transient: int  # a builder thread's peak, in volumes of the one it builds
+    default_share: float  # the default budget's share of the memory the process may use
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one training process holds at the reference's sizes, as the train stage's memory
+    check counts it (accelpipe.plan.capacity); 0 where unknown (counted as nothing)."""
+
+    params: int = 0  # parameters of the reference model
+    item_values: int = 0  # values of one training item as the model takes it
+    volume_cache: VolumeCache | None = None
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     dataset: str
@@ -64,3 +85,4 @@ class Workload:
     # MLCommons' checkers look up); None: none, the log names the workload
     mlperf_benchmark: str | None = None
     examples: Examples = Examples()
+    memory: Memory = Memory()

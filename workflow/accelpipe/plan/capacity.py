@@ -20,22 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from accelpipe.config import registry
+from accelpipe.config.declare import VolumeCache
 from accelpipe.config.schema import run_train, validate
 from accelpipe.core import resources
-from accelpipe.workloads.swinunetr import declaration as swinunetr
 
 # Memory of an idle training process: the interpreter, the framework and its runtime.
 BASE_PROCESS_BYTES = 2_000_000_000
-# Parameters of each workload's reference model (counted on the models here: unet2d
-# 20.6 M, swinunetr f48 62.2 M, resnet50 25.6 M; ssd's ResNet-34 SSD300 and segmenter's
-# ViT-B/16 with its mask decoder as published, ~20 M and ~100 M); a shrunk config needs less.
-REFERENCE_PARAMS = {
-    "unet2d": 20_600_000,
-    "swinunetr": 62_200_000,
-    "resnet50": 25_600_000,
-    "ssd": 20_000_000,
-    "segmenter": 100_000_000,
-}
 # fp32 weights, gradients and two optimizer moments (Adam's; SGD's momentum needs less)
 BYTES_PER_PARAM = 16
 # Values per item of the full dataset (issue 33's real per-item sizes): a synthetic source's
@@ -46,16 +36,6 @@ REAL_ITEM_VALUES = {
     "imagenet": 500 * 375 * 3,
     "coco": 640 * 480 * 3,
     "ade20k": 512 * 384 * 4,  # RGB and the label
-}
-# Values of one training item as the model takes it, at the reference's sizes: unet2d a
-# 192x160 slice of 4 channels and its label, swinunetr 4 crops of 96^3 and their labels,
-# resnet50 a 224^2 RGB crop, ssd a 300^2 image, segmenter a 512^2 crop and its label
-BATCH_ITEM_VALUES = {
-    "unet2d": 192 * 160 * 5,
-    "swinunetr": 4 * 96**3 * 2,
-    "resnet50": 224 * 224 * 3,
-    "ssd": 300 * 300 * 3,
-    "segmenter": 512 * 512 * 4,
 }
 
 
@@ -214,44 +194,40 @@ def prepare_disk_verdict(dataset: str, raw: Path, out: Path, free: int | None = 
     return disk_verdict("prepare", dataset, need, out.parent, what, free)
 
 
-# Issue 33: a full NSCLC volume cached after the deterministic transforms, and the full
-# collection's training split (422 patients, swinunetr.prepare.val_fraction 0.2)
-NSCLC_CACHED_VOLUME_BYTES = 248_000_000
-NSCLC_TRAIN_VOLUMES = 338
-
-
 def memory_need(
     workload: str, train: dict[str, Any], real_data: bool, limit: resources.Limit | None
 ) -> dict[str, int]:
     """Host memory one training process will need, by part: the process, the model's
     parameters with their gradients and optimizer state, the batches in flight (the batch and
-    two prefetched per loader worker, float32, at the reference's input size) and, for
-    swinunetr on real data, its volume cache (inputs.volume_cache bounds it to its budget:
-    the config's, else a share of `limit`; with no limit known, as much as the rest) and the
-    loader workers that build the volumes the cache does not hold."""
+    two prefetched per loader worker, float32, at the reference's input size; the workload's
+    declared `memory`) and, where it caches volumes on real data, that cache
+    (inputs.volume_cache bounds it to its budget: the config's, else a share of `limit`; with
+    no limit known, as much as the rest) and the loader workers that build the volumes the
+    cache does not hold."""
+    memory = registry.workload(workload).memory
     in_flight = 1 + 2 * train.get("loader_workers", 0)
     parts = {
         "process": BASE_PROCESS_BYTES,
-        "model": REFERENCE_PARAMS[workload] * BYTES_PER_PARAM,
-        "batches": train["batch_size"] * in_flight * BATCH_ITEM_VALUES[workload] * 4,
+        "model": memory.params * BYTES_PER_PARAM,
+        "batches": train["batch_size"] * in_flight * memory.item_values * 4,
     }
-    if workload == "swinunetr" and real_data:
-        parts |= _volume_cache(train, limit, sum(parts.values()))
+    if memory.volume_cache is not None and real_data:
+        parts |= _volume_cache(memory.volume_cache, train, limit, sum(parts.values()))
     return parts
 
 
 def _volume_cache(
-    train: dict[str, Any], limit: resources.Limit | None, rest: int
+    facts: VolumeCache, train: dict[str, Any], limit: resources.Limit | None, rest: int
 ) -> dict[str, int]:
-    volumes = math.floor(NSCLC_TRAIN_VOLUMES * train["cache_rate"])
-    cache = volumes * NSCLC_CACHED_VOLUME_BYTES
+    volumes = math.floor(facts.train_volumes * train["cache_rate"])
+    cache = volumes * facts.volume_bytes
     # the uncached volumes are built in the loader workers, each epoch
     workers = max(1, train.get("loader_workers", 0))
-    loader = workers * swinunetr.CACHE_BUILD_TRANSIENT * NSCLC_CACHED_VOLUME_BYTES
+    loader = workers * facts.build_transient * facts.volume_bytes
     if train.get("cache_memory_gb") is not None:
         budget = int(train["cache_memory_gb"] * 1e9)
     elif limit is not None:
-        budget = int(limit.bytes * swinunetr.CACHE_SHARE)
+        budget = int(limit.bytes * facts.default_share)
     else:  # the job's own ask, M: its default budget, half of M, holds the rest
         return {"cache": rest + loader, "loader": loader}
     if cache <= budget:
@@ -339,10 +315,13 @@ def real_data_line(workload: str) -> str:
         f"~{resources.gb(sum(parts.values()))} per training process at the reference recipe "
         f"(process, model with gradients and optimizer state, batches in flight)"
     )
-    if cache:
-        full = math.floor(NSCLC_TRAIN_VOLUMES * train["cache_rate"]) * NSCLC_CACHED_VOLUME_BYTES
+    volume_cache = registry.workload(workload).memory.volume_cache
+    if cache and volume_cache is not None:
+        volumes = math.floor(volume_cache.train_volumes * train["cache_rate"])
+        full = volumes * volume_cache.volume_bytes
+        share = f"{volume_cache.default_share:.0%}"
         memory += (
-            f", plus the volume cache: half of what the process may use "
+            f", plus the volume cache: {share} of what the process may use "
             f"(`{workload}.train.cache_memory_gb`; all {resources.gb(full)} would need more)"
         )
     return (
@@ -361,4 +340,5 @@ def _checksummed(block: dict[str, Any]) -> bool:
 
 
 def _first_run(workload: str) -> str:
-    return "fold0" if workload == "unet2d" else sorted(validate({})[workload]["runs"])[0]
+    block = validate({})[workload]
+    return "fold0" if "folds" in block else sorted(block["runs"])[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelpipe.config.declare import Examples, Workload
+from accelpipe.config.declare import Examples, Memory, Workload
 from accelpipe.config.settings import TorchTrain
 
 
@@ -44,4 +44,6 @@ WORKLOAD = Workload(
     evaluate=ResNet50Evaluate,
     mlperf_benchmark="resnet",
     examples=Examples(runs=("fp32", "bf16")),
+    # at the reference's sizes: a 224^2 RGB crop; 25.6 M parameters
+    memory=Memory(25_600_000, 224 * 224 * 3),
 )

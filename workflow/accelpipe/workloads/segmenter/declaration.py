@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelpipe.config.declare import Examples, Pretrained, Workload
+from accelpipe.config.declare import Examples, Memory, Pretrained, Workload
 from accelpipe.config.settings import TFTrain
 
 
@@ -58,4 +58,7 @@ WORKLOAD = Workload(
         grid_keys=("model.decoder", "train.lr"),
         grid_runs=("decoder-mask_lr-0p05", "decoder-linear_lr-0p05"),
     ),
+    # at the reference's sizes: a 512^2 crop and its label; ViT-B/16 with its mask decoder,
+    # ~100 M parameters as published
+    memory=Memory(100_000_000, 512 * 512 * 4),
 )

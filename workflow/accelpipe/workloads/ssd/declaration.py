@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelpipe.config.declare import Pretrained, Workload
+from accelpipe.config.declare import Memory, Pretrained, Workload
 from accelpipe.config.settings import TFTrain
 
 
@@ -49,4 +49,6 @@ WORKLOAD = Workload(
     evaluate=SSDEvaluate,
     pretrained=Pretrained("resnet34", "mlperf", needs=(("width", 64),)),
     mlperf_benchmark="ssd",
+    # at the reference's sizes: a 300^2 image; ResNet-34 SSD300 ~20 M parameters as published
+    memory=Memory(20_000_000, 300 * 300 * 3),
 )

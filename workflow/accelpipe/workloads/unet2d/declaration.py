@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from accelpipe.config.declare import Workload
+from accelpipe.config.declare import Memory, Workload
 from accelpipe.config.settings import TorchTrain
 
 
@@ -51,4 +51,7 @@ WORKLOAD = Workload(
     train=UNet2DTrain,
     model=UNet2DModel,
     evaluate=UNet2DEvaluate,
+    # at the reference's sizes: a 192x160 slice of 4 channels and its label; DynUNet,
+    # 20.6 M parameters
+    memory=Memory(20_600_000, 192 * 160 * 5),
 )
