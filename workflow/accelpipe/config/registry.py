@@ -43,6 +43,7 @@ class RealSize:
     data_root/downloads), what they extract to (data_root/raw) and the prepared variant."""
 
     items: int  # cases, patients or images of the full dataset
+    item_values: int  # values per item (issue 33's real per-item sizes): scales a synthetic one
     download: int
     extracted: int
     prepared: int
@@ -66,8 +67,16 @@ DATASETS = {
             "pytorch",
             # REFERENCE.md: Task01_BrainTumour.tar ~7 GB of .nii.gz (extracts to about as
             # much), 484 training cases; prepared float32 (4, D, 192, 160) per case, ~35 GB
-            # (issue 33's measurement at real per-case size: 5-8x the download)
-            RealSize(484, 7_100_000_000, 7_100_000_000, 35_000_000_000, "REFERENCE.md, issue 33"),
+            # (issue 33's measurement at real per-case size: 5-8x the download); a case is
+            # 240x240x155 voxels of four channels and the label
+            RealSize(
+                484,
+                240 * 240 * 155 * 5,
+                7_100_000_000,
+                7_100_000_000,
+                35_000_000_000,
+                "REFERENCE.md, issue 33",
+            ),
         ),
         Dataset(
             "nsclc",
@@ -75,7 +84,14 @@ DATASETS = {
             # 422 patients of ~512x512x130 int16 CT (issue 33): ~68 MB of DICOM each, zipped
             # per series as TCIA serves them (DICOM barely compresses); prepared NIfTI counted
             # uncompressed (gzip only shrinks it)
-            RealSize(422, 29_000_000_000, 29_000_000_000, 29_000_000_000, "issue 33 per-item"),
+            RealSize(
+                422,
+                512 * 512 * 130,
+                29_000_000_000,
+                29_000_000_000,
+                29_000_000_000,
+                "issue 33 per-item",
+            ),
         ),
         Dataset(
             "imagenet",
@@ -83,21 +99,31 @@ DATASETS = {
             # REFERENCE.md: your ILSVRC2012 train (147.9 GB) and val (6.7 GB) tars, read where
             # they are (no download); the import extracts them (~154 GB, issue 33); the
             # prepared index is CSV (~0.1 GB)
-            RealSize(1_331_167, 0, 154_600_000_000, 100_000_000, "REFERENCE.md, issue 33"),
+            RealSize(
+                1_331_167, 500 * 375 * 3, 0, 154_600_000_000, 100_000_000, "REFERENCE.md, issue 33"
+            ),
         ),
         Dataset(
             "coco",
             "tensorflow",
             # REFERENCE.md: train2017.zip ~19.3 GB, val2017.zip ~816 MB, annotations ~253 MB
             # (JSONs ~0.8 GB extracted); TFRecords hold the JPEG bytes unchanged (~20 GB)
-            RealSize(123_287, 20_370_000_000, 20_900_000_000, 20_100_000_000, "REFERENCE.md"),
+            RealSize(
+                123_287,
+                640 * 480 * 3,
+                20_370_000_000,
+                20_900_000_000,
+                20_100_000_000,
+                "REFERENCE.md",
+            ),
         ),
         Dataset(
             "ade20k",
             "tensorflow",
-            # ADEChallengeData2016.zip ~0.92 GB (config.yaml: ~1 GB), JPEG + PNG; TFRecords
+            # ADEChallengeData2016.zip ~0.92 GB (config.yaml: ~1 GB), 512x384 JPEG + PNG (RGB
+            # and the label); TFRecords
             # hold the raw bytes (REFERENCE.md: one Example per image, raw JPEG + PNG bytes)
-            RealSize(22_210, 923_000_000, 950_000_000, 950_000_000, "REFERENCE.md"),
+            RealSize(22_210, 512 * 384 * 4, 923_000_000, 950_000_000, 950_000_000, "REFERENCE.md"),
         ),
     )
 }

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from accelpipe.core.errors import AccelpipeError, DataError
+from accelpipe.core.resources import free_disk, gb
 
 
 @contextlib.contextmanager
@@ -103,24 +104,16 @@ def _disk_full(err: OSError, path: str | os.PathLike[str]) -> bool:
         return True
     short = _SHORT_WRITE.search(str(err)) if err.errno is None else None
     # a short write is a full disk where what was left to write does not fit
-    return short is not None and _free_bytes(path) < int(short[1]) - int(short[2])
-
-
-def _free_bytes(path: str | os.PathLike[str]) -> int:
-    where = Path(path).absolute()
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    return shutil.disk_usage(where).free
+    return short is not None and free_disk(path) < int(short[1]) - int(short[2])
 
 
 def free_space(path: str | os.PathLike[str]) -> str:
     """The space left on the file system holding `path` (or its nearest existing parent),
     e.g. "1.5 MB free"."""
     try:
-        free = _free_bytes(path)
+        return f"{gb(free_disk(path))} free"
     except OSError:
         return "free space unknown"
-    return f"{free / 1e9:.3g} GB free" if free >= 1e8 else f"{free / 1e6:.3g} MB free"
 
 
 @contextlib.contextmanager

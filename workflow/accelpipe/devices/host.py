@@ -128,7 +128,8 @@ def sample(root: int, cpus: set[int]) -> Sample:
     return Sample(time.monotonic(), busy_ticks(cpus), tree_ticks(root), _load())
 
 
-def _usable_cpus() -> set[int]:
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on (a Slurm job's, a container's), not the machine's."""
     try:
         return os.sched_getaffinity(0)
     except (AttributeError, OSError):  # not Linux
@@ -141,7 +142,7 @@ class HostWindow:
 
     def __init__(self, root: int | None = None, cpus: set[int] | None = None) -> None:
         self.root = job_root() if root is None else root
-        self.cpus = _usable_cpus() if cpus is None else cpus
+        self.cpus = usable_cpus() if cpus is None else cpus
         self.first: Sample | None = None
 
     def start(self) -> None:

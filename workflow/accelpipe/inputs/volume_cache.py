@@ -14,7 +14,6 @@ do. No framework: the plan reads NIfTI headers only.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ import nibabel as nib
 
 from accelpipe.core.errors import DataError
 from accelpipe.core.resources import Limit, gb, memory_limit
+from accelpipe.devices import host
 from accelpipe.workloads.swinunetr import declaration as swinunetr
 
 # After Spacingd both image and label are float32: 8 bytes per voxel of the resampled grid
@@ -127,12 +127,4 @@ def plan_for(
     asked = items[: int(len(items) * cache_rate)]
     sizes = [cached_bytes(item["image"], spacing) for item in asked]
     sizes += [0] * (len(items) - len(asked))  # never cached: their size does not matter
-    return plan(sizes, cache_rate, budget(cache_memory_gb, processes), _cpus())
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on (a Slurm job's, a container's), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return plan(sizes, cache_rate, budget(cache_memory_gb, processes), len(host.usable_cpus()))

@@ -16,6 +16,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +29,6 @@ from accelpipe.core import resources
 BASE_PROCESS_BYTES = 2_000_000_000
 # fp32 weights, gradients and two optimizer moments (Adam's; SGD's momentum needs less)
 BYTES_PER_PARAM = 16
-# Values per item of the full dataset (issue 33's real per-item sizes): a synthetic source's
-# disk is the full dataset's scaled by its items' values
-REAL_ITEM_VALUES = {
-    "brats": 240 * 240 * 155 * 5,  # four channels and the label
-    "nsclc": 512 * 512 * 130,
-    "imagenet": 500 * 375 * 3,
-    "coco": 640 * 480 * 3,
-    "ade20k": 512 * 384 * 4,  # RGB and the label
-}
 
 
 @dataclass(frozen=True)
@@ -77,7 +69,7 @@ def disk_need(dataset: str, block: dict[str, Any]) -> DiskNeed | None:
     source = block["source"]
     if source == "synthetic":
         count, values = _synthetic_items(dataset, block["synthetic"])
-        scale = count * values / (real.items * REAL_ITEM_VALUES[dataset])
+        scale = count * values / (real.items * real.item_values)
         extracted = math.ceil(real.extracted * scale)
         return DiskNeed(0, extracted, math.ceil(real.prepared * scale), "the synthetic counts")
     basis = f"the full dataset's figures ({real.source})"
@@ -103,9 +95,15 @@ def _without_limits(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k != "archive"}
 
 
+@cache
+def _defaults() -> dict[str, Any]:
+    """The config the schema's defaults make, validated once per process (read-only)."""
+    return validate({})
+
+
 def _default_settings(dataset: str, block: dict[str, Any]) -> dict[str, Any]:
     """The schema's default settings of the block's official source: its official archives."""
-    defaults: dict[str, Any] = validate({})["datasets"][dataset][_settings_key(block)]
+    defaults: dict[str, Any] = _defaults()["datasets"][dataset][_settings_key(block)]
     return defaults
 
 
@@ -300,7 +298,7 @@ def real_data_line(workload: str) -> str:
     disk = real.download + real.extracted + real.prepared
     drop = (
         f"`accelpipe drop-archives --dataset {dataset}` drops it once extracted"
-        if _checksummed(validate({})["datasets"][dataset])
+        if _checksummed(_defaults()["datasets"][dataset])
         else "no checksum is published, so `accelpipe drop-archives` keeps it"
     )
     kept = (
@@ -308,7 +306,7 @@ def real_data_line(workload: str) -> str:
         if real.download
         else "your tars read in place; "
     )
-    train = run_train(validate({})[workload], workload, _first_run(workload))
+    train = run_train(_defaults()[workload], workload, _first_run(workload))
     parts = memory_need(workload, train, True, None)
     cache = parts.pop("cache", 0) + parts.pop("loader", 0)
     memory = (
@@ -340,5 +338,5 @@ def _checksummed(block: dict[str, Any]) -> bool:
 
 
 def _first_run(workload: str) -> str:
-    block = validate({})[workload]
+    block = _defaults()[workload]
     return "fold0" if "folds" in block else sorted(block["runs"])[0]
