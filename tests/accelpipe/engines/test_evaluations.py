@@ -12,16 +12,21 @@ import pytest
 
 from accelpipe.config import quality
 from accelpipe.config.quality import QualityTarget, verdict
+from accelpipe.core import mllog
 from accelpipe.core.errors import ConfigError
 from accelpipe.engines.evaluations import (
     EVAL_FIELDS,
     EVAL_LOG,
     Evaluations,
+    InTraining,
+    InTrainingEval,
     RunClock,
     due,
     in_training_eval,
     reaches,
 )
+from accelpipe.engines.run_log import RunLog
+from tests.helpers.evaluation_checks import mlperf_verdict
 from tests.helpers.settings import tf_train
 
 TARGET = QualityTarget("resnet50", "top1", 0.5, "a test", "top-1 of the test")
@@ -151,3 +156,33 @@ def test_an_evaluate_key_the_settings_lack_is_one_error_naming_it() -> None:
         in_training_eval(
             "ssd", cfg, tf_train(eval_every=1), _Evaluate, lambda model, ev: {}, _unread
         )
+
+
+def test_mlperfs_time_to_train_is_the_run_clocks_even_when_log_writes_are_slow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run_start and run_stop carry the run clock's readings: writing the log's lines (slow
+    on a busy machine) adds nothing to MLPerf's time to train, which is eval_log's run_s."""
+    write = mllog.MLLog._write
+
+    def slow_write(self: mllog.MLLog, text: str) -> None:
+        time.sleep(0.03)
+        write(self, text)
+
+    monkeypatch.setattr(mllog.MLLog, "_write", slow_write)
+    target = quality.target_for("resnet50", 0.5)
+    evaluation = InTrainingEval(lambda model: {"top1": 0.75}, target, 64, 16)
+    run_log = RunLog(tmp_path, writes=True)
+    in_training = InTraining(
+        tmp_path, tf_train(eval_every=1, epochs=2), evaluation, writes=True, run_log=run_log
+    )
+    in_training.start(0, "cpu", 16)
+    in_training.epoch_start(1)
+    time.sleep(0.05)
+    in_training.epoch_stop(1)
+    in_training.after_epoch(1, 4, 64, lambda: evaluation.score(None), lambda reached: reached)
+    run_s = float(_rows(tmp_path)[0]["run_s"])
+    verdict = mlperf_verdict(run_log.path)
+    assert verdict.status == mllog.SUCCESS and verdict.problems == []
+    assert verdict.time_to_train_s is not None
+    assert abs(verdict.time_to_train_s - run_s) <= 0.002  # the log's and run_s's rounding

@@ -358,6 +358,11 @@ class MLLog:
     def close(self) -> None:
         self._file.close()
 
+    @property
+    def last_ms(self) -> int | None:
+        """The time of the log's last line (None: no line yet)."""
+        return self._last_ms
+
     def start(
         self,
         key: str,

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from accelpipe.config import quality
 from accelpipe.config.quality import QualityTarget, verdict
 from accelpipe.config.settings import TrainSettings, view
+from accelpipe.core import mllog
 from accelpipe.core.io import write_csv
 from accelpipe.engines.run_log import RunLog, mlperf_facts
 
@@ -98,14 +99,23 @@ def in_training_eval(
 
 
 class RunClock:
-    """Seconds of the run: this attempt's since `start()`, plus those its checkpoint carried."""
+    """Seconds of the run: this attempt's since `start()`, plus those its checkpoint carried.
+    `wall_ms` turns a reading into MLPerf's log time, so that the log's run_start to run_stop
+    is the run's seconds, not a second reading of another clock."""
 
     def __init__(self, carried_s: float = 0.0) -> None:
         self.carried_s = carried_s
         self._started: float | None = None
+        self._anchor_ms = 0
 
-    def start(self) -> None:
+    def start(self, anchor_ms: int | None = None) -> None:
+        """`anchor_ms`: the log time this attempt's clock starts at (run_start's), else now."""
         self._started = time.perf_counter()
+        self._anchor_ms = mllog.wall_clock_ms() if anchor_ms is None else anchor_ms
+
+    def wall_ms(self, run_s: float) -> int:
+        """The log time of the reading `run_s` (one `seconds()` gave)."""
+        return self._anchor_ms + round((run_s - self.carried_s) * 1000)
 
     def seconds(self) -> float:
         if self._started is None:
@@ -242,7 +252,8 @@ class InTraining:
                 train_samples=self.evaluation.train_samples,
                 eval_samples=self.evaluation.eval_samples,
             )
-            self.run_log.begin(epoch, facts)
+            self.clock.start(self.run_log.begin(epoch, facts))
+            return
         self.clock.start()
 
     def epoch_start(self, epoch: int) -> None:
@@ -282,9 +293,10 @@ class InTraining:
             value = metrics.get(evaluation.target.metric)
             reached = reaches(value, evaluation.target)
             if self.run_log is not None:  # MLPerf's times end where run_s is read
-                self.run_log.eval_stop(epoch, value)
+                at_ms = self.clock.wall_ms(run_s)
+                self.run_log.eval_stop(epoch, value, at_ms)
                 if reached or epoch == self.train.epochs:
-                    self.run_log.end(reached or self.target_reached)
+                    self.run_log.end(reached or self.target_reached, at_ms)
             evaluations.add(
                 metrics,
                 evaluation.target,

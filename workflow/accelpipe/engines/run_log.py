@@ -88,17 +88,18 @@ class RunLog:
     def _clock(self) -> int:
         return self._at if self._at is not None else mllog.wall_clock_ms()
 
-    def begin(self, resumed_epoch: int, run_facts: Mapping[str, object]) -> None:
+    def begin(self, resumed_epoch: int, run_facts: Mapping[str, object]) -> int | None:
         """Initialisation is done: a fresh run (`resumed_epoch` 0) starts the log; a resumed
-        one cuts it after the checkpoint's epoch and goes on."""
+        one cuts it after the checkpoint's epoch and goes on. Returns run_start's log time
+        where this call wrote it (the run's clock starts there), else None."""
         if not self.writes:
-            return
+            return None
         if resumed_epoch == 0:
             self.path.unlink(missing_ok=True)
         elif self.path.exists():
             converged = mllog.converged_epoch(self.path)
             if converged is not None and converged <= resumed_epoch:
-                return  # MLPerf's run converged before the checkpoint: the log is whole
+                return None  # MLPerf's run converged before the checkpoint: the log is whole
             try:
                 mllog.cut(self.path, after_epoch=resumed_epoch)
             except mllog.MLLogError as err:  # the run goes on; its log will not check
@@ -113,6 +114,8 @@ class RunLog:
                 self._log.event(key, value)
             self._log.end(mllog.INIT_STOP)
             self._log.start(mllog.RUN_START)
+            return self._log.last_ms
+        return None
 
     def epoch_start(self, epoch: int) -> None:
         if self._log is not None:
@@ -126,21 +129,27 @@ class RunLog:
         if self._log is not None:
             self._log.start(mllog.EVAL_START, metadata={mllog.EPOCH_NUM: epoch})
 
-    def eval_stop(self, epoch: int, accuracy: float | None) -> None:
-        """The evaluation's end; its accuracy where the metrics had a value of the metric."""
+    def eval_stop(self, epoch: int, accuracy: float | None, at_ms: int | None = None) -> None:
+        """The evaluation's end (at `at_ms`, else now); its accuracy where the metrics had a
+        value of the metric."""
         if self._log is None:
             return
+        self._at = at_ms
         if accuracy is not None:
             self._log.event(mllog.EVAL_ACCURACY, accuracy, {mllog.EPOCH_NUM: epoch})
         self._log.end(mllog.EVAL_STOP, metadata={mllog.EPOCH_NUM: epoch})
+        self._at = None
 
-    def end(self, reached: bool) -> None:
-        """run_stop (success where an evaluation reached the target, else aborted), unless
-        logged already; the log is closed: nothing after run_stop is MLPerf's run."""
+    def end(self, reached: bool, at_ms: int | None = None) -> None:
+        """run_stop (at `at_ms`, else now; success where an evaluation reached the target,
+        else aborted), unless logged already; the log is closed: nothing after run_stop is
+        MLPerf's run."""
         if self._log is None:
             return
         status = mllog.SUCCESS if reached else mllog.ABORTED
+        self._at = at_ms
         self._log.end(mllog.RUN_STOP, metadata={mllog.STATUS: status})
+        self._at = None
         self.close()
 
     def close(self) -> None:
