@@ -4,7 +4,8 @@
 # [<run>/]cv),
 # results/<workload>/grid (grid runs ranked), results/<workload>/ttt (seed runs' times to
 # target combined), results/<workload>/benchmark (train-step throughput per batch size x
-# precision), results/compare (every finished run on one page). `accelpipe targets` lists them.
+# precision), results/compare (every finished run on one page), results/<workload>/diff/<A>_vs_<B>
+# (two runs side by side). `accelpipe targets` lists them.
 # See README.md.
 from snakemake.utils import min_version
 
@@ -27,6 +28,7 @@ include: "rules/trace.smk"
 include: "rules/publish.smk"
 include: "rules/benchmark.smk"
 include: "rules/compare.smk"
+include: "rules/diff.smk"
 
 
 rule all:

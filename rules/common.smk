@@ -80,9 +80,13 @@ wildcard_constraints:
     workload="[a-z0-9]+",
     dataset="[a-z0-9]+",
     variant="[a-z0-9]+",
-    run="([A-Za-z0-9_-]+/)?fold[0-9]+|(?!(cv|grid|ttt|benchmark|compare)$)[A-Za-z0-9_-]+",
+    run="([A-Za-z0-9_-]+/)?fold[0-9]+|(?!(cv|grid|ttt|benchmark|compare|diff)$)[A-Za-z0-9_-]+",
     cv="([A-Za-z0-9_-]+/)?cv",
     row="(auto|bf16|fp16|fp32)-b[1-9][0-9]*",
+
+
+# a run of results/<workload>/diff/<A>_vs_<B> (rules/diff.smk): a run's name without `_vs_`
+DIFF_RUN = f"(?!({'|'.join(AGGREGATES)})$)(?:(?!_vs_)[A-Za-z0-9_-])+"
 
 
 def host_paths():

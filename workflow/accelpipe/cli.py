@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text, options, (flag, flag_help) in gathering:
         stage = _add(sub, name, help_text, *options, ("--out", f"{name} folder"))
         stage.add_argument(flag, nargs="+", required=True, help=flag_help)
+    _diff_parser(sub)
     doctor = _parser(sub, "doctor", "check driver, framework build and devices before a long run")
     doctor.add_argument(
         "--backend",
@@ -412,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_stage(args, argv)
     except AccelpipeError as err:
         log.error("accelpipe %s: %s", args.stage, err)
-        return 2
+        status: int = getattr(err, "exit_status", 2)  # diff's regression: its own status
+        return status
     except OSError as err:  # a full disk where no writer named its file: still one line
         full = no_space_error(err, err.filename or Path.cwd())
         if full is None:
@@ -434,3 +436,30 @@ def _config_arguments(parser: argparse.ArgumentParser, files_help: str) -> None:
         parser.add_argument(
             flag, nargs="+", action="extend", default=[], metavar=metavar, help=text
         )
+
+
+def _diff_parser(sub: argparse._SubParsersAction) -> None:
+    """`accelpipe diff <run A> <run B>`: the report, and the gate's exit status."""
+    diff = _parser(
+        sub,
+        "diff",
+        "two published runs side by side, each figure with an interval and a verdict; exits 3 "
+        "when B's headline (throughput, step time) is slower than A's beyond the threshold",
+    )
+    diff.add_argument("run_a", help="run A, the baseline: results/<workload>/<run>")
+    diff.add_argument("run_b", help="run B, the candidate: results/<workload>/<run>")
+    diff.add_argument("--out", help="report folder (default: results/<workload>/diff/<A>_vs_<B>)")
+    diff.add_argument(
+        "--config-json", help="the rule's `diff` slice as JSON (default: the schema's)"
+    )
+    diff.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="the gate's fraction of A's headline (default: the config's diff.threshold)",
+    )
+    diff.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report and exit 0 whatever the gate says (the Snakemake target)",
+    )

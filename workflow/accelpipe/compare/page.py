@@ -551,14 +551,27 @@ def _cost_text(per_hour: dict[str, float]) -> str:
     return f"Cost per node-hour: {rates}."
 
 
+def _diff_links(diffs: list[str]) -> str:
+    """The diffs of two runs built when the page was made (results/<workload>/diff/)."""
+    if not diffs:
+        return ""
+    items = "".join(f'<li><a href="{_e(href)}">{_e(href)}</a></li>' for href in diffs)
+    return (
+        "<h2>Diffs</h2><p>Two runs side by side, each figure with an interval and a verdict "
+        f"(`snakemake results/&lt;workload&gt;/diff/&lt;A&gt;_vs_&lt;B&gt;`):</p><ul>{items}</ul>"
+    )
+
+
 def render(
     rows: list[Row],
     per_hour: dict[str, float],
     plots: list[tuple[Path, str]],
     curves: dict[tuple[str, str], Path] | None = None,
+    diffs: list[str] | None = None,
 ) -> str:
     """The page for `rows` (marked), with the PNGs in `plots` ((path, alt text)) and each
-    run's training curves (`curves`: (workload, run) -> its training_curves.png) inlined."""
+    run's training curves (`curves`: (workload, run) -> its training_curves.png) inlined;
+    a link to each diff built (`diffs`: diff.md's path from the page's folder)."""
     workloads = sorted({row["workload"] for row in rows})
     return "\n".join(
         [
@@ -594,6 +607,7 @@ def render(
             "metric where evaluated on the right-hand axis) and the learning rate (right); "
             "training_curves.png in the run's folder.</p>",
             _curves(rows, curves or {}),
+            _diff_links(diffs or []),
             "<h2>Notes</h2>",
             _notes(rows),
             "</body></html>\n",

@@ -18,7 +18,7 @@ PERFORMANCE = "performance.json"
 TRACE_SUMMARY = "trace_summary.json"
 READS = (PROVENANCE, METRICS, PERFORMANCE, TRACE_SUMMARY, CURVES_FILE)  # the page inlines curves
 # results/<workload>/<name> folders that are not runs (the rules' `run` constraint agrees)
-AGGREGATES = ("cv", "grid", "ttt", "benchmark", "compare")
+AGGREGATES = ("cv", "grid", "ttt", "benchmark", "compare", "diff")
 _RUN_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _FOLD = re.compile(r"fold[0-9]+")
 

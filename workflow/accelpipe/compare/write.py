@@ -3,6 +3,7 @@ inlines each run's training_curves.png from its folder)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from accelpipe.compare.rows import COLUMNS, build_rows
 from accelpipe.compare.runs import run_of
 from accelpipe.core.io import atomic_path, write_csv, write_json, write_text
 from accelpipe.results.curves import CURVES_FILE
+from accelpipe.results.diff import DIFF_MD, diffs_of
 
 ALT_TEXT = {
     plots.QUALITY: "quality metric per run, one panel per workload",
@@ -24,6 +26,15 @@ def _csv_value(value: Any) -> Any:
     if value is None:
         return ""
     return " | ".join(value) if isinstance(value, list) else value
+
+
+def _diff_links(run_dirs: list[Path], out: Path) -> list[str]:
+    """Each diff.md built under the runs' workloads (results/<workload>/diff/), as a path
+    from `out`."""
+    # results/ and the workload of each run (a named run's fold is one folder deeper)
+    homes = {(d.parents[run_of(d)[1].count("/") + 1], run_of(d)[0]) for d in run_dirs}
+    found = [f for results, workload in sorted(homes) for f in diffs_of(results, workload)]
+    return [os.path.relpath(f / DIFF_MD, out) for f in found]
 
 
 def write_compare(
@@ -44,5 +55,6 @@ def write_compare(
         plots.write_plots(rows, tmp)
         images = [(tmp / name, ALT_TEXT[name]) for name in plots.PLOTS]
         curves = {run_of(d): d / CURVES_FILE for d in run_dirs}
-        write_text(tmp / "compare.html", page.render(rows, per_hour, images, curves))
+        diffs = _diff_links(run_dirs, out)
+        write_text(tmp / "compare.html", page.render(rows, per_hour, images, curves, diffs))
     return rows

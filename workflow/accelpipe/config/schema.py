@@ -438,6 +438,8 @@ def slice_schema(
         # null for a run it cannot make; absent (compare run by hand): staleness unchecked
         hashes = {"type": "object", "additionalProperties": {"oneOf": [_HASH, {"type": "null"}]}}
         return _sections({"cost": root["cost"], "config_hashes": hashes}) | {"required": ["cost"]}
+    if stage == "diff":
+        return _sections({"diff": root["diff"]})
     return None
 
 

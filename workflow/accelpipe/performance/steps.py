@@ -44,6 +44,17 @@ def _after_warmup(rows: list[dict[str, str]], warmup_steps: int) -> list[dict[st
     return kept
 
 
+def measured_rows(rows: list[dict[str, str]], warmup_steps: int) -> list[dict[str, str]]:
+    """The measured steps of a log's rows: after the first `warmup_steps` of their attempt,
+    left alone by the profiler (the rows every figure of step_statistics is made of)."""
+    return [r for r in _after_warmup(rows, warmup_steps) if r["profiled"] != "1"]
+
+
+def measured_steps(train_log: Path, warmup_steps: int) -> list[dict[str, str]]:
+    """train_log.csv's measured steps (`measured_rows`): the per-step samples of a run."""
+    return measured_rows(read_log(train_log, _COLUMNS), warmup_steps)
+
+
 def throughput(samples: float, seconds: float) -> float | None:
     """The one definition of a throughput: samples over the wall time they took (None
     where nothing was timed)."""
@@ -75,7 +86,7 @@ def step_statistics(train_log: Path, warmup_steps: int) -> dict[str, Any]:
     `not_measured` says why."""
     rows = read_log(train_log, _COLUMNS)
     after_warmup = _after_warmup(rows, warmup_steps)
-    measured = [r for r in after_warmup if r["profiled"] != "1"]
+    measured = measured_rows(rows, warmup_steps)
     step_ms = [float(r["step_ms"]) for r in measured]
     waited = sum(float(r["data_wait_ms"]) for r in measured)
     # energy_j: empty where nothing was measured, absent from a log older than the column

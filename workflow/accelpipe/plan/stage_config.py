@@ -182,3 +182,8 @@ def benchmark(config: dict[str, Any], workload: str) -> dict[str, Any]:
     """What the benchmark table needs besides its rows: the steps it leaves out."""
     targets.benchmark_rows(config, workload)
     return {"warmup_steps": config[workload]["benchmark"]["warmup_steps"]}
+
+
+def diff(config: dict[str, Any]) -> dict[str, Any]:
+    """The diff of two runs: its thresholds, confidence and resamples."""
+    return {"diff": config["diff"]}

@@ -25,6 +25,7 @@ MODULES = {
     "ttt": "accelpipe.stages.publish",
     "benchmark": "accelpipe.stages.publish",
     "compare": "accelpipe.stages.compare",
+    "diff": "accelpipe.stages.diff",
     "images": "accelpipe.stages.images",
     "doctor": "accelpipe.stages.doctor",
     "targets": "accelpipe.stages.targets",

@@ -45,6 +45,8 @@ _RESULTS = f"results/{_W.name}"
 _FOLDS = [f"results/{_CV}/fold{k}" for k in range(5)]
 _GRID = [f"results/{_GRIDDED.name}/{run}" for run in _GRIDDED.examples.grid_runs]
 _ROWS = [f"work/{_W.name}/benchmark/{p}-b32" for p in ("bf16", "fp32")]
+_PAIR = [f"{_RESULTS}/{run}" for run in _W.examples.runs[:2]]  # A, the baseline; B
+_DIFF = f"{_RESULTS}/diff/{_W.examples.runs[0]}_vs_{_W.examples.runs[1]}"
 _SEEDS = [f"{_RESULTS}/{_RUN_NAME}-seed{k}" for k in range(1, 6)]
 _PUBLISH_SLICE = {
     "backend": "cpu",
@@ -164,6 +166,16 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
             )
         ],
         "results/compare",
+    ),
+    "diff": (
+        [
+            command("diff", *_PAIR),
+            command(
+                *("diff", *_PAIR, "--config-json", {"diff": {"threshold": 0.03}}),
+                *("--report-only", "--out", _DIFF),
+            ),
+        ],
+        _DIFF,
     ),
     "doctor": (
         [
