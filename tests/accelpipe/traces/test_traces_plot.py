@@ -49,6 +49,22 @@ def test_the_parts_are_the_step_breakdown_and_add_up_to_the_step() -> None:
     assert "2 complete profiler steps" in parts.note
 
 
+def test_a_trace_split_by_its_structure_fills_the_same_bars() -> None:
+    shares = {"data": 2.0, "forward pass": 5.0, "backward pass": 6.0, "optimizer": 3.0}
+    summary = _with_breakdown(shares | {"collectives": 1.0})
+    summary["step_breakdown"]["basis"] = "structure"
+    parts = step_parts(summary)
+    assert parts.parts == {
+        "data_wait": 2.0,
+        "forward": 5.0,
+        "loss": 0.0,  # in the forward pass
+        "backward": 6.0,
+        "optimizer_step": 3.0,
+        "other": 1.5,  # collectives 1.0 + no section 0.5
+    }
+    assert "structure of a PyTorch step" in parts.note
+
+
 def test_a_part_the_steps_lack_counts_as_zero_and_the_note_names_it() -> None:
     parts = step_parts(_with_breakdown({k: v for k, v in SHARES.items() if k != "loss"}))
     assert parts.parts["loss"] == 0.0

@@ -25,6 +25,11 @@ any executor thread, one instance per step.
      ``record_function``;
   3. else no section.
 
+  A trace without the engines' sections is split by the structure of a PyTorch step
+  (``traces.structure``): its parts take rule 1's place (``first``), and the time rules 1
+  and 2 leave goes, where a part's ``fill`` interval holds it, to that part before it is
+  no section's.
+
 Times are µs as the traces write them; intervals are closed, and an end before its start
 counts as an empty interval.
 """
@@ -32,6 +37,7 @@ counts as an empty interval.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -145,14 +151,18 @@ def step_breakdown(
     start: np.ndarray,
     end: np.ndarray,
     names: list[str],
+    first: Sequence[str] = FIRST,
+    fill: Fill | None = None,
 ) -> tuple[list[dict[str, float]], np.ndarray]:
     """Each step ``[step_lo, step_hi]`` split by the rule in the module docstring among the
     section intervals of its process (``name``: ids into ``names``): per step, µs given to
     each section (sections with none left out), and µs in no section. Per step, the parts
-    and the no-section time add up to ``step_hi - step_lo`` (to float rounding)."""
+    and the no-section time add up to ``step_hi - step_lo`` (to float rounding). ``first``:
+    rule 1's names in precedence order; ``fill``: intervals whose part takes what rules 1
+    and 2 leave in them (in ``first`` order)."""
     parts: list[dict[str, float]] = [{} for _ in range(len(step_lo))]
     no_section = np.maximum(step_hi - step_lo, 0.0)
-    first_ids = [names.index(n) for n in FIRST if n in names]
+    first_ids = [names.index(n) for n in first if n in names]
     for p in np.unique(step_pid).tolist():
         rows = np.flatnonzero(step_pid == p)
         mine = pid == p
@@ -163,7 +173,8 @@ def step_breakdown(
 
         def give(section: int, us: np.ndarray, rows: np.ndarray = rows) -> None:
             for i in np.flatnonzero(us > 0).tolist():
-                parts[int(rows[i])][names[section]] = float(us[i])
+                mine = parts[int(rows[i])]
+                mine[names[section]] = mine.get(names[section], 0.0) + float(us[i])
 
         # 1. The fixed precedence: each one gets what the ones before it left.
         taken_s, taken_e = np.zeros(0), np.zeros(0)
@@ -189,7 +200,45 @@ def step_breakdown(
                 sel = st_name == section
                 now = covered(np.append(taken_s, st_s[sel]), np.append(taken_e, st_e[sel]), lo, hi)
                 give(section, now - before)
-            total = covered(np.append(taken_s, r_s), np.append(taken_e, r_e), lo, hi)
+            taken_s, taken_e = merged(np.append(taken_s, r_s), np.append(taken_e, r_e))
+            total = covered(taken_s, taken_e, lo, hi)
+        if fill is not None:  # what rules 1 and 2 left, inside a part's fill interval
+            total = _fill(fill, p, first_ids, (taken_s, taken_e), lo, hi, total, give)
         # 3. No section.
         no_section[rows] = np.maximum(hi - lo - total, 0.0)
     return parts, no_section
+
+
+class Fill(NamedTuple):
+    """Intervals that give a part the time no section holds (``step_breakdown``)."""
+
+    name: np.ndarray  # ids into the breakdown's names
+    pid: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+
+def _fill(
+    fill: Fill,
+    pid: int,
+    order: list[int],
+    taken: tuple[np.ndarray, np.ndarray],
+    lo: np.ndarray,
+    hi: np.ndarray,
+    before: np.ndarray,
+    give: Callable[[int, np.ndarray], None],
+) -> np.ndarray:
+    """Give each part (in ``order``) the time of its fill intervals in process ``pid``
+    outside ``taken`` and the parts before it; returns the steps' covered time after."""
+    mine = fill.pid == pid
+    taken_s, taken_e = taken
+    for section in order:
+        sel = mine & (fill.name == section)
+        if sel.any():
+            taken_s, taken_e = merged(
+                np.append(taken_s, fill.start[sel]), np.append(taken_e, fill.end[sel])
+            )
+            now = covered(taken_s, taken_e, lo, hi)
+            give(section, now - before)
+            before = now
+    return before

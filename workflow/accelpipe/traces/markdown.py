@@ -65,6 +65,30 @@ BREAKDOWN_LEGEND = (
     "optimizer_step, else to the innermost other section open then (the latest started), "
     "else to no section."
 )
+STRUCTURE_LEGEND = (
+    "No accelpipe sections in these steps: split by the structure of a PyTorch step "
+    "(docs/traces.md), each instant counted once: collectives, data (`enumerate(DataLoader)#`), "
+    "optimizer (`Optimizer.step#`, `Optimizer.zero_grad#`), backward pass (`autograd::engine` "
+    "events, any thread), forward pass (the step thread's ops), each from its first to its "
+    "last event in a run; then another section open then; then the part whose run follows "
+    "the gap; else no section."
+)
+
+
+def _legend(breakdown: dict) -> str:
+    """What the steps were split by (a summary from before the fallback: sections)."""
+    basis = breakdown.get("basis", "sections")
+    if basis == "sections":
+        return BREAKDOWN_LEGEND
+    if basis == "structure":
+        return STRUCTURE_LEGEND
+    counts = breakdown["steps_by_basis"]
+    n = counts.get("structure", 0)
+    return (
+        f"{n} of {sum(counts.values())} steps split by the structure of a PyTorch step, "
+        f"the rest by accelpipe's sections. Sections: {BREAKDOWN_LEGEND} Structure: "
+        f"{STRUCTURE_LEGEND}"
+    )
 
 
 def render_markdown(summary: dict) -> str:
@@ -102,7 +126,7 @@ def _breakdown_table(breakdown: dict | None) -> list[str]:
     lines = [
         f"## Step breakdown (mean of {breakdown['steps']} complete steps: {_fmt(step)} ms)",
         "",
-        BREAKDOWN_LEGEND,
+        _legend(breakdown),
         "",
         "| Part | ms per step | % of step |",
         "|---|---:|---:|",

@@ -28,6 +28,14 @@ PARTS = (
     ("backward", "backward"),
     ("optimizer_step", "optimizer_step"),
 )
+# A trace without the engines' sections is split by the structure of a PyTorch step
+# (traces.structure): its parts in the same bars (the loss is in the forward pass).
+STRUCTURE_PARTS = (
+    ("data_wait", "data"),
+    ("forward", "forward pass"),
+    ("backward", "backward pass"),
+    ("optimizer_step", "optimizer"),
+)
 OTHER = "other"
 PART_NAMES = (*dict.fromkeys(part for part, _ in PARTS), OTHER)
 LABELS = {
@@ -75,13 +83,17 @@ def step_parts(summary: dict[str, Any]) -> StepParts | None:
     if not breakdown:
         return None
     shares = breakdown["sections_ms"]
+    basis = breakdown.get("basis", "sections")  # a summary from before the structure
+    mapping = {"sections": PARTS, "structure": STRUCTURE_PARTS}.get(basis, PARTS + STRUCTURE_PARTS)
     parts = dict.fromkeys(PART_NAMES, 0.0)
-    for part, name in PARTS:
+    for part, name in mapping:
         parts[part] += shares.get(name, 0.0)
     step = breakdown["step_ms"]
     parts[OTHER] = round(step - sum(parts.values()), 6)  # `step` alone, other sections, none
-    missing = [name for _, name in PARTS[1:] if name not in shares]
+    missing = [name for _, name in mapping[1:] if name not in shares]
     notes = [f"the mean of {breakdown['steps']} complete profiler steps, each instant once"]
+    if basis != "sections":
+        notes.append("split by the structure of a PyTorch step (loss in forward pass)")
     if missing:
         notes.append(f"no {', '.join(missing)} time in the steps: in other if it ran")
     return StepParts(step_ms=step, parts=parts, note="; ".join(notes))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accelpipe.traces import classify, steps
+from accelpipe.traces import classify, steps, structure
 from accelpipe.traces.collect import FileEvents
 from accelpipe.traces.device import (
     SHORT_KERNEL_US,
@@ -97,7 +97,9 @@ class Totals:
         self.bytes = self.events = self.orphans = self.nonfinite = 0
         self.notes: list[str] = []
 
-    def add(self, fe: FileEvents, nbytes: int, fmt: str) -> None:
+    def add(self, fe: FileEvents, nbytes: int, fmt: str, ops: structure.Ops | None = None) -> None:
+        """One file; ``ops`` (its second read, ``structure.read_ops``) for a file whose
+        steps are split by their structure (``structure.wanted``)."""
         self.bytes += nbytes
         self.events += fe.events
         self.nonfinite += fe.nonfinite + fe.memory.nonfinite
@@ -128,6 +130,7 @@ class Totals:
             inst,
             names,
             intervals,
+            structure.layout(fe, ops, intervals, names) if ops is not None else None,
         )
 
     def _add_steps(
@@ -136,13 +139,22 @@ class Totals:
         inst: Instances,
         names: list[str],
         intervals: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        layout: structure.Layout | None = None,
     ) -> None:
-        """One file's steps, each with the sections inside it and its breakdown."""
+        """One file's steps, each with the sections inside it and its breakdown: among
+        the sections, or by the steps' structure (``layout``)."""
         pid, ts, dur = step_cols
-        parts, _no_section = step_breakdown(pid, ts, ts + dur, *intervals, names)
-        self.steps += steps.file_steps(
-            pid, ts, dur, inst.pid, inst.start, [names[i] for i in inst.name.tolist()], parts
-        )
+        if layout is None:
+            parts, _no_section = step_breakdown(pid, ts, ts + dur, *intervals, names)
+            basis = steps.SECTIONS
+        else:
+            split = (layout.name, layout.pid, layout.start, layout.end, layout.names)
+            parts, _no_section = step_breakdown(
+                pid, ts, ts + dur, *split, structure.PRECEDENCE, layout.fill
+            )
+            basis = steps.STRUCTURE
+        contents = [names[i] for i in inst.name.tolist()]
+        self.steps += steps.file_steps(pid, ts, dur, inst.pid, inst.start, contents, parts, basis)
 
     def _add_tf(self, tfe: TFEvents) -> None:
         """A TensorFlow trace viewer file: sections and steps by ``tf_sections``' rule."""
@@ -177,17 +189,21 @@ class Totals:
 
     def breakdown_summary(self) -> dict | None:
         """The mean complete step split by ``intervals.step_breakdown``: ms per step given
-        to each section (``FIRST`` in order, then the largest first) and to none. The parts
-        and ``no_section_ms`` add up to ``step_ms``; None without a complete step."""
+        to each section (``FIRST`` or the structure's ``PARTS`` in order, then the largest
+        first) and to none. The parts and ``no_section_ms`` add up to ``step_ms``; ``basis``
+        says what the steps were split by (``sections``, ``structure``, or ``mixed`` with
+        ``steps_by_basis``); None without a complete step."""
         done = self._complete()
         if not done:
             return None
         n = len(done)
         total: dict[str, float] = {}
+        bases: dict[str, int] = {}
         for step in done:
+            bases[step.basis] = bases.get(step.basis, 0) + 1
             for name, us in step.parts.items():
                 total[name] = total.get(name, 0.0) + us
-        order = [name for name in FIRST if name in total]
+        order = [name for name in (*FIRST, *structure.PARTS) if name in total]
         order += sorted(set(total) - set(order), key=lambda k: (-total[k], k))
         parts = {name: round(total[name] / n / 1e3, 6) for name in order}
         step_ms = stats_ms([s.dur for s in done])["mean"]  # the same figure as steps.ms.mean
@@ -198,6 +214,8 @@ class Totals:
             # The rest of the step, so that the parts add up to it after rounding too (this
             # takes up the parts' rounding to 1 ns: a few ns at most).
             "no_section_ms": round(step_ms - sum(parts.values()), 6),
+            "basis": next(iter(bases)) if len(bases) == 1 else "mixed",
+            "steps_by_basis": dict(sorted(bases.items())),
         }
 
     def summary(self, paths: Sequence[str | Path]) -> dict:

@@ -26,18 +26,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _SHORT = 0.1  # fallback: a last step under this fraction of the others' median
+# What a step's breakdown is split by: the engines' sections, or the structure of a PyTorch
+# step in a trace without them (``traces.structure``).
+SECTIONS, STRUCTURE = "sections", "structure"
 
 
 @dataclass(frozen=True)
 class Step:
     """One ProfilerStep: its duration (µs), the section names inside it, whether it is
     the last step of its file, and its breakdown (µs given to each section by
-    ``intervals.step_breakdown``; the rest of ``dur`` is in no section)."""
+    ``intervals.step_breakdown``; the rest of ``dur`` is in no section) and what that
+    breakdown was split by (``SECTIONS`` or ``STRUCTURE``)."""
 
     dur: float
     contents: frozenset[str]
     last: bool
     parts: dict[str, float] = field(default_factory=dict)
+    basis: str = SECTIONS
 
 
 def file_steps(
@@ -48,9 +53,11 @@ def file_steps(
     sec_ts: np.ndarray,
     sec_names: list[str],
     parts: list[dict[str, float]] | None = None,
+    basis: str = SECTIONS,
 ) -> list[Step]:
     """The steps of one file, each with the names of the sections that start inside it
-    (and its breakdown, when given: µs per section, per step in step order)."""
+    (and its breakdown, when given: µs per part, per step in step order, split by
+    ``basis``)."""
     if not len(step_ts):
         return []
     order = np.lexsort((sec_ts, sec_pid))
@@ -65,7 +72,7 @@ def file_steps(
         a = lo + np.searchsorted(s_ts[lo:hi], ts, side="left")
         b = lo + np.searchsorted(s_ts[lo:hi], ts + dur, side="right")
         shares = parts[i] if parts else {}
-        steps.append(Step(dur, frozenset(names[a:b]), i == last, shares))
+        steps.append(Step(dur, frozenset(names[a:b]), i == last, shares, basis))
     return steps
 
 

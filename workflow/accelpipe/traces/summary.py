@@ -14,7 +14,7 @@ from pathlib import Path
 from accelpipe.core.errors import DataError
 from accelpipe.core.io import atomic_path, write_text
 from accelpipe.core.xspace import xspace_to_trace_json
-from accelpipe.traces import formats, locate, reader
+from accelpipe.traces import formats, locate, reader, structure
 from accelpipe.traces.collect import FileEvents
 from accelpipe.traces.device import SHORT_KERNEL_US
 from accelpipe.traces.markdown import render_markdown
@@ -67,7 +67,10 @@ def summarize_traces(
     totals = Totals(short_kernel_us)
     for path in paths:
         fe, nbytes, fmt = _read(path)
-        totals.add(fe, nbytes, fmt)
+        # No engine sections: the steps are split by their structure, from the ops that
+        # only a second read decodes (traces.structure).
+        ops = _read_ops(path, fe) if fmt == "kineto" and structure.wanted(fe) else None
+        totals.add(fe, nbytes, fmt, ops)
     return totals.summary(paths)
 
 
@@ -142,6 +145,21 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
     except OSError as err:
         raise DataError(f"{path}: cannot read trace ({err})") from None
     return fe, nbytes, fmt
+
+
+def _read_ops(path: Path, fe: FileEvents) -> structure.Ops:
+    """The second read of a file for its steps' structure; a file that changed since the
+    first read fails as any unreadable trace does."""
+    try:
+        return structure.read_ops(path, fe)
+    except FileNotFoundError:
+        raise DataError(f"{path}: trace file not found") from None
+    except Malformed as err:
+        raise DataError(f"{path}: malformed trace: {err}{_where(path, err.offset)}") from None
+    except (EOFError, zlib.error, zipfile.BadZipFile, gzip.BadGzipFile) as err:
+        raise DataError(f"{path}: truncated or corrupt compressed trace ({err})") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read trace ({err})") from None
 
 
 def _converted(path: Path) -> bytes:
