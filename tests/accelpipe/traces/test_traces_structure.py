@@ -326,3 +326,15 @@ def test_a_trace_with_engine_sections_keeps_them_and_mixed_files_say_so(tmp_path
     assert both["steps_by_basis"] == {"sections": 2, "structure": 2}
     md = render_markdown(summary)
     assert "split by the structure of a PyTorch step" in md and "2 of 4 steps" in md
+
+
+def test_ops_are_read_whatever_their_key_order(tmp_path: Path) -> None:
+    """The second read cuts each op at its args, which kineto writes last; an op written
+    with args first (ts, dur after them) is read whole, with the same result."""
+    events = _step(0) + _step(100)
+    want = summarize_traces([write_trace(tmp_path / "last.json", events)])["step_breakdown"]
+    first = [{"args": {"External id": 1}, **e} if e["cat"] == OP else e for e in events]
+    path = write_trace(tmp_path / "first.json", first, style="compact")
+    assert '{"args":{"External id":1},"ph":"X","cat":"cpu_op"' in path.read_text()
+    assert summarize_traces([path])["step_breakdown"] == want
+    assert want["sections_ms"]["forward pass"] == pytest.approx(0.028, abs=1e-9)

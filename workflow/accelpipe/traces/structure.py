@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import orjson
 
 from accelpipe.traces import reader
 from accelpipe.traces.collect import FileEvents
@@ -55,6 +56,8 @@ PRECEDENCE = (COLLECTIVES, DATA, OPTIMIZER, BACKWARD, FORWARD)
 ENGINE = frozenset({*FIRST, "step"})  # the engines' section names (docs/traces.md)
 
 _OP_RE = re.compile(rb'"cat"\s*:\s*"(?:cpu_op|Operator)"')  # Operator: torch < 1.10
+_ARGS_RE = re.compile(rb'"args"\s*:')
+_KEYS = frozenset({"ph", "name", "pid", "tid", "ts", "dur"})  # what an op is read for
 _COLLECTIVE_RE = re.compile(r"(?:nccl|gloo|mpi|ucc):|c10d::|record_param_comms$")
 _NUM = (int, float)
 
@@ -103,22 +106,28 @@ class Ops:
     def take_block(
         self, seg: bytes, clean: bytes, starts: np.ndarray, ends: np.ndarray, base: int
     ) -> None:
-        events = reader.loads_matching(_OP_RE, seg, clean, starts, ends, base, self.events)
+        events = _ops_without_args(seg, clean, starts, ends, base, self.events)
         thread, start, end, part = array("i"), array("d"), array("d"), array("b")
-        for ev in events:
+        threads, parts = self.fe.threads, self._parts
+        for ev in events:  # the bulk of the second read: kept lean
             if type(ev) is not dict or ev.get("ph") != "X":
                 continue
             ts: Any = ev.get("ts")
             dur: Any = ev.get("dur")
             if type(ts) not in _NUM or type(dur) not in _NUM or ts - ts != 0 or dur - dur != 0:
                 continue  # not a finite interval: the first pass counted it
-            name = ev.get("name")
-            index = self._parts.get(name) if type(name) is str else None
-            if index is None:
+            name: Any = ev.get("name")
+            try:
+                index = parts[name]
+            except (KeyError, TypeError):  # a new name, or not a string
                 index = self._part_index(name)
-            thread.append(self.fe.thread((ev.get("pid"), ev.get("tid"))))
+            key = (ev.get("pid"), ev.get("tid"))
+            try:
+                thread.append(threads[key])
+            except (KeyError, TypeError):  # a thread the first read did not see
+                thread.append(self.fe.thread(key))
             start.append(ts)
-            end.append(ts + max(dur, 0))
+            end.append(ts + dur if dur > 0 else ts)
             part.append(index)
         self._keep(
             np.frombuffer(thread, np.int32),
@@ -151,6 +160,38 @@ class Ops:
         self.start.extend(start[keep].tolist())
         self.end.extend(end[keep].tolist())
         self.part.extend(part[keep].tolist())
+
+
+def _ops_without_args(
+    seg: bytes, clean: bytes, starts: np.ndarray, ends: np.ndarray, base: int, first: int
+) -> list:
+    """The block's ops decoded without their ``args`` (most of an op's bytes, and of the
+    time to decode it): each cut at its ``"args":`` key, which kineto writes last. Ops whose
+    cut piece lacks a key the structure reads (args not last) are decoded whole, and so is
+    the block when the cut pieces are not JSON."""
+    last = int(ends[-1]) + 1
+    hits = [m.start() for m in _OP_RE.finditer(clean, 0, last)]
+    if not hits:
+        return []
+    idx = np.unique(np.searchsorted(starts, hits, side="right") - 1)
+    idx = idx[idx >= 0]
+    lo, hi = starts[idx], ends[idx] + 1
+    args = np.array([m.start() for m in _ARGS_RE.finditer(clean, 0, last)], np.int64)
+    k = np.searchsorted(args, lo)  # each op's first args key at or after its start
+    cut = args[np.minimum(k, len(args) - 1)] if len(args) else hi
+    cut = np.where((k < len(args)) & (cut < hi), cut, hi)
+    rows = zip(lo.tolist(), cut.tolist(), hi.tolist(), strict=True)
+    pieces = [seg[a:c].rstrip(b" \t\r\n,") + b"}" if c < b else seg[a:b] for a, c, b in rows]
+    try:
+        events = orjson.loads(b"[" + b",".join(pieces) + b"]")
+    except orjson.JSONDecodeError:
+        return reader.loads_batch(seg, lo.tolist(), hi.tolist(), base, first)
+    short = [i for i, ev in enumerate(events) if type(ev) is not dict or not ev.keys() >= _KEYS]
+    if short:
+        whole = reader.loads_batch(seg, lo[short].tolist(), hi[short].tolist(), base, first)
+        for i, ev in zip(short, whole, strict=True):
+            events[i] = ev
+    return events
 
 
 def read_ops(path: Path, fe: FileEvents) -> Ops:
