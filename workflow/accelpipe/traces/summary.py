@@ -40,7 +40,9 @@ def summarize_traces(
     ``incomplete_left_out``: see ``traces.steps``; None without steps),
     ``step_breakdown`` (the mean complete step split so that each instant counts once:
     ``steps``, ``step_ms``, ``sections_ms`` per section and ``no_section_ms``, which add up
-    to ``step_ms``; see ``traces.intervals``; None without a complete step), ``sections``
+    to ``step_ms``; see ``traces.intervals``; ``basis``: ``sections``, or ``structure`` for
+    steps without the engines' sections, split as ``traces.structure`` says, or ``mixed``,
+    with ``steps_by_basis``; None without a complete step), ``sections``
     (per section name: ``count`` and, over instances, ``host_busy_ms`` (the time it runs on
     the host: a ``record_function``'s duration, a TF name scope's ops' union),
     ``host_span_ms`` (first start to last end), ``kernel_ms``, ``kernel_span_ms`` and
