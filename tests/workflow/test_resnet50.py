@@ -41,6 +41,23 @@ def test_named_runs_score_every_validation_image(project: Project, target: str) 
         assert sum(int(r["images"]) for r in csv.DictReader(f)) == 8
 
 
+def test_the_diff_target_puts_the_two_runs_side_by_side(project: Project) -> None:
+    """results/<workload>/diff/<A>_vs_<B>: the diff of published runs, which stay as they
+    are; its report has a verdict on every row, the trace's rows included."""
+    target = "results/resnet50/diff/fp32_vs_bf16"
+    before = [project.fingerprint(run) for run in RUNS]
+    project.snakemake(target)
+    assert [project.fingerprint(run) for run in RUNS] == before
+    diff = json.loads((project.root / target / "diff.json").read_text())
+    assert [r["name"] for r in diff["rows"][:2]] == ["throughput", "step time"]
+    groups = {r["group"] for r in diff["rows"]}
+    assert {"headline", "trace", "step breakdown", "section"} <= groups
+    verdicts = {"faster", "slower", "within noise", "not compared", "only in A", "only in B"}
+    assert {r["verdict"] for r in diff["rows"]} <= verdicts
+    assert set(diff["gate"]) >= {"passed", "regressed", "threshold"}
+    assert "(A) vs bf16 (B)" in (project.root / target / "diff.md").read_text()
+
+
 def test_prepared_index_lists_every_image(project: Project) -> None:
     index = project.root / "data/prepared/imagenet/index"
     config = json.loads((index / "config.json").read_text())
