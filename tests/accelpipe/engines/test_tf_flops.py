@@ -78,6 +78,21 @@ def test_counting_traces_and_never_runs_the_step() -> None:
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, model.variables, strict=True))
 
 
+def test_a_tf_function_is_counted_on_the_trace_its_next_call_runs() -> None:
+    """The trainer counts on its own step function: the step is traced once, not twice."""
+    train_step, traces = _train_step(_conv_model()), []
+
+    def traced_step(x: tf.Tensor) -> tf.Tensor:
+        traces.append(x.shape)  # Python runs only while TensorFlow traces
+        return train_step(x)
+
+    step = tf.function(traced_step)
+    x = np.zeros((B, 8, 8, 3), np.float32)
+    tf_flops.count_step_flops(step, [x], B)
+    step(tf.constant(x))
+    assert len(traces) == 1
+
+
 def test_dense_counts_two_in_out_per_sample() -> None:
     inputs = keras.Input((5,))
     x = keras.layers.Dense(6, activation="tanh")(inputs)

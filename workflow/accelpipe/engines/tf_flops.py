@@ -233,14 +233,13 @@ def count_step_flops(step: Callable[..., Any], args: Sequence[Any], batch: int) 
     """The FLOPs of one training step on a batch like `args` (`step(*args)`: forward, loss,
     gradients, optimizer update), counted on its graph, and per sample.
 
-    `step` is the train step as the trainer wraps it in tf.function (or that tf.function:
-    its Python function is traced afresh, so the trainer's traces are not touched). It is
-    traced with the shapes and dtypes of `args` (tensors, arrays, or nests of them), never
-    run; build the model and the optimizer's slots first, and set the run's mixed-precision
-    policy, as the trainer does. Count on the per-replica step, outside a distribution
-    strategy's `run`.
+    `step` is the train step: a tf.function is traced through itself, so that the trace
+    counted is the one its next call with such arguments runs (a tracing, seconds on a big
+    model, is not paid twice); a plain function is wrapped in one. It is traced with the
+    shapes and dtypes of `args` (tensors, arrays, or nests of them), never run; set the
+    run's mixed-precision policy first, as the trainer does. Count on the per-replica step,
+    outside a distribution strategy's `run`.
     """
-    python_function = getattr(step, "python_function", step)
+    function = step if hasattr(step, "get_concrete_function") else tf.function(step)
     specs = tf.nest.map_structure(_spec, tuple(args))
-    concrete = tf.function(python_function).get_concrete_function(*specs)
-    return count_graph_flops(concrete, batch)
+    return count_graph_flops(function.get_concrete_function(*specs), batch)

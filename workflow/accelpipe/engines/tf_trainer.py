@@ -263,12 +263,14 @@ class TFTrainer:
             if strategy is not None
             else None
         )
+        # The step is Python around graph ops, no Python branch on a tensor: AutoGraph's
+        # conversion of it and of every Keras layer's call took seconds and changed nothing.
         if strategy is None:
-            self._step_fn = tf.function(self._train_step, jit_compile=cfg.compile)
+            self._step_fn = tf.function(self._train_step, jit_compile=cfg.compile, autograph=False)
         else:
-            replica_step = tf.function(self._train_step, jit_compile=cfg.compile)
+            replica_step = tf.function(self._train_step, jit_compile=cfg.compile, autograph=False)
 
-            @tf.function
+            @tf.function(autograph=False)
             def distributed_step(inputs: Any, targets: Any) -> tf.Tensor:
                 losses = strategy.run(replica_step, args=(inputs, targets))
                 return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
@@ -334,11 +336,10 @@ class TFTrainer:
         return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None) > 0)
 
     def _count_flops(self, inputs: Any, targets: Any) -> dict[str, Any]:
-        """The train step's FLOPs from its graph, traced on this batch's shapes (never run)."""
+        """The train step's FLOPs from its graph, traced on this batch's shapes (never run):
+        the trace the step then runs."""
         try:
-            count = tf_flops.count_step_flops(
-                self._train_step, (inputs, targets), self.job.batch_size
-            )
+            count = tf_flops.count_step_flops(self._step_fn, (inputs, targets), self.job.batch_size)
         except ValueError as err:  # a shape the counter cannot read: the run goes on
             return {"reason": f"not counted: {err}"}
         return count.as_dict()

@@ -35,7 +35,7 @@ from typing import cast
 from accelpipe.core.keras2 import tf
 from accelpipe.datasets import tfrecord
 from accelpipe.datasets.ade20k_layout import IGNORE_INDEX, NUM_CLASSES
-from accelpipe.inputs.shards import keyed, worker_records
+from accelpipe.inputs.shards import graph_only, keyed, worker_records
 from accelpipe.inputs.tf_data_checks import check
 
 SCALE_RANGE = (0.5, 2.0)
@@ -276,10 +276,11 @@ def train_dataset(
     this worker's share of the shards."""
     ds = worker_records(files, num_workers, index, seed)
     ds = keyed(ds.shuffle(SHUFFLE_RECORDS, seed=seed).repeat(), seed, index)
-    ds = ds.map(lambda key, r: (key, decode(r)), num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.map(lambda key, e: (key, check_label(e)))  # in order, one comparison (check_label)
+    ds = ds.map(graph_only(lambda key, r: (key, decode(r))), num_parallel_calls=tf.data.AUTOTUNE)
+    # in order: one comparison (check_label)
+    ds = ds.map(graph_only(lambda key, e: (key, check_label(e))))
     ds = ds.map(
-        lambda key, e: train_example(e, crop, tuple(scale), key),
+        graph_only(lambda key, e: train_example(e, crop, tuple(scale), key)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
@@ -292,6 +293,8 @@ def eval_dataset(files: Sequence[Path]) -> tf.data.Dataset:
     tfrecord.check_shards(files)
     tfrecord.reading(files)
     ds = tf.data.TFRecordDataset([str(f) for f in files])
-    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).map(check_label)
-    ds = ds.map(eval_example, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(graph_only(decode), num_parallel_calls=tf.data.AUTOTUNE).map(
+        graph_only(check_label)
+    )
+    ds = ds.map(graph_only(eval_example), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -25,7 +25,7 @@ import numpy as np
 
 from accelpipe.core.keras2 import tf
 from accelpipe.datasets import tfrecord
-from accelpipe.inputs.shards import keyed, worker_records
+from accelpipe.inputs.shards import graph_only, keyed, worker_records
 from accelpipe.models.ssd_boxes import encode_labels
 
 IMAGE_SIZE = 300
@@ -220,10 +220,13 @@ def train_dataset(
     """Endless batches of (images, (classes, boxes, num_matched)) for this worker's shards."""
     table = class_table(coco_ids)
     ds = worker_records(files, num_workers, index, seed)
-    ds = ds.map(lambda r: parse(r, table), num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.filter(lambda e: tf.shape(e["labels"])[0] > 0)
+    ds = ds.map(graph_only(lambda r: parse(r, table)), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.filter(graph_only(lambda e: tf.shape(e["labels"])[0] > 0))
     ds = keyed(ds.shuffle(64, seed=seed).repeat(), seed, index)
-    ds = ds.map(lambda key, e: train_example(e, anchors, key), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(
+        graph_only(lambda key, e: train_example(e, anchors, key)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -236,5 +239,7 @@ def eval_dataset(
     tfrecord.reading(files)
     table = class_table(coco_ids)
     ds = tf.data.TFRecordDataset([str(f) for f in files])
-    ds = ds.map(lambda r: eval_example(parse(r, table)), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(
+        graph_only(lambda r: eval_example(parse(r, table))), num_parallel_calls=tf.data.AUTOTUNE
+    )
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)

@@ -17,6 +17,11 @@ from typing import Any
 from accelpipe.core.keras2 import tf
 from accelpipe.datasets.tfrecord import reading
 
+# The pipelines' functions are written in graph ops (tf.cond, tf.while_loop), so tf.data traces
+# them as they are: AutoGraph's source conversion took seconds per pipeline, and a pipeline is
+# built each epoch.
+graph_only = tf.autograph.experimental.do_not_convert
+
 
 def worker_records(files: Sequence[Path], num_workers: int, index: int, seed: int) -> Any:
     """Worker `index`'s serialized records (a tf.data.Dataset): whole files when there are at
@@ -44,5 +49,5 @@ def keyed(dataset: Any, seed: int, worker: int = 0) -> Any:
     deterministic, and a dataset rebuilt with the same seed repeats them."""
     base = tf.constant([seed, worker], tf.int64)
     return dataset.enumerate().map(
-        lambda i, element: (tf.random.experimental.stateless_fold_in(base, i), element)
+        graph_only(lambda i, element: (tf.random.experimental.stateless_fold_in(base, i), element))
     )
