@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import os
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accelpipe.core import io
 from accelpipe.core.errors import DataError
 from accelpipe.core.io import atomic_path, read_json, remove_stale_temporaries, write_csv
 
@@ -118,3 +120,18 @@ def test_read_yaml_reads_the_safe_subset_and_builds_no_python_object(tmp_path: P
     (tmp_path / "bad.yaml").write_text("x: !!python/object/apply:os.system ['true']\n")
     with pytest.raises(yaml.constructor.ConstructorError):
         read_yaml(tmp_path / "bad.yaml")
+
+
+def test_gzipped_writes_round_trip_and_leave_no_temporary(tmp_path: Path) -> None:
+    text = "".join(f'{{"name": "op{i}", "ts": {i}}}\n' for i in range(20_000))
+    source = tmp_path / "trace.json"
+    source.write_text(text)
+    io.gzip_file(source, tmp_path / "copied.json.gz")
+    io.write_gzip_text(tmp_path / "written.json.gz", text)
+    for name in ("copied.json.gz", "written.json.gz"):
+        assert gzip.decompress((tmp_path / name).read_bytes()).decode() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "copied.json.gz",
+        "trace.json",
+        "written.json.gz",
+    ]

@@ -10,6 +10,7 @@ import contextlib
 import csv
 import errno
 import glob
+import gzip
 import json
 import os
 import re
@@ -146,6 +147,26 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` to `path` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+# zlib's default level: a profiler trace in about a third of level 9's time, a few % larger
+GZIP_LEVEL = 6
+
+
+def write_gzip_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` gzipped to `path` atomically."""
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt", compresslevel=GZIP_LEVEL) as f:
+        f.write(text)
+
+
+def gzip_file(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Write `source` gzipped to `path` atomically, in large blocks."""
+    with (
+        atomic_path(path) as tmp,
+        open(source, "rb") as fin,
+        gzip.open(tmp, "wb", compresslevel=GZIP_LEVEL) as fout,
+    ):
+        shutil.copyfileobj(fin, fout, 1 << 20)
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:

@@ -33,7 +33,6 @@ elements out of order.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import logging
 import math
 import os
@@ -47,7 +46,7 @@ from typing import Any, Generic, TypeVar
 
 from accelpipe.config.settings import PROFILE_OFF, ProfileSettings, TFTrain, TrainSlice
 from accelpipe.core.errors import ConfigError, DataError
-from accelpipe.core.io import free_space, write_text
+from accelpipe.core.io import free_space, write_gzip_text, write_text
 from accelpipe.core.keras2 import keras, tf
 from accelpipe.core.xspace import xspace_to_op_table, xspace_to_trace_json
 from accelpipe.devices import tf_device, tf_gemm
@@ -589,8 +588,7 @@ class _Profiler:
         for xplane in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
             stem = traces / f"trace_step{step:06d}"
             text = xspace_to_trace_json(xplane)
-            with gzip.open(f"{stem}.json.gz", "wt") as f:
-                f.write(text)
+            write_gzip_text(f"{stem}.json.gz", text)
             write_text(f"{stem}{PROFILER_TABLE}", xspace_to_op_table(xplane))
 
     def finish(self, step: int) -> None:

@@ -26,6 +26,7 @@ import math
 import pickle
 import random
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelpipe.config.settings import ProfileSettings, TorchTrain, TrainSlice
 from accelpipe.core.errors import DataError
-from accelpipe.core.io import disk_full_names, write_text
+from accelpipe.core.io import disk_full_names, gzip_file, write_text
 from accelpipe.devices import torch_device, torch_gemm
 from accelpipe.devices.power import NoPower, PowerMeter
 from accelpipe.devices.torch_device import Device
@@ -579,7 +580,12 @@ class Trainer:
         traces must not overwrite the first attempt's); after the first cycle, the memory
         snapshot."""
         stem = self.trace_dir / f"trace_step{self.step:06d}"
-        prof.export_chrome_trace(f"{stem}.json.gz")
+        # exported plain to a private temporary, then gzipped in large blocks: torch's own
+        # .gz export writes each of a trace's lines to gzip at level 9 (seconds per cycle)
+        with tempfile.TemporaryDirectory(dir=self.trace_dir, prefix=".export-") as scratch:
+            plain = Path(scratch) / "trace.json"
+            prof.export_chrome_trace(str(plain))
+            gzip_file(plain, f"{stem}.json.gz")
         table = prof.key_averages().table(
             sort_by=self.device.profiler_sort_key(), row_limit=TABLE_ROWS
         )
