@@ -136,3 +136,15 @@ def test_missing_or_inconsistent_files(prepared, tmp_path):
         SliceBatches(tmp_path, ["a"], batch_size=2, steps=1)
     with pytest.raises(DataError, match="batch_size"):
         SliceBatches(prepared, CASES, batch_size=0, steps=1)
+
+
+def test_a_reseeded_loader_shares_the_index_and_draws_as_one_built_with_that_seed(prepared):
+    """unet2d indexes once per run and reseeds per epoch (issue 33 item 4)."""
+    base = SliceBatches(prepared, CASES, batch_size=4, steps=6, seed=10)
+    for seed in (11, 12):
+        again = base.reseeded(seed)
+        assert again.foreground is base.foreground and again.depths is base.depths
+        fresh = SliceBatches(prepared, CASES, batch_size=4, steps=6, seed=seed)
+        for (a, al), (b, bl) in zip(_batches(again, 2), _batches(fresh, 2), strict=True):
+            assert torch.equal(a, b) and torch.equal(al, bl)
+    assert base.seed == 10

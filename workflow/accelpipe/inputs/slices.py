@@ -27,6 +27,7 @@ the loader's cost does not grow with the world size).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import cast
@@ -105,6 +106,13 @@ class SliceBatches(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
         depth = y.shape[1]
         fg = np.flatnonzero(np.asarray(y[0]).reshape(depth, -1).any(axis=1)).astype(np.int32)
         return depth, fg
+
+    def reseeded(self, seed: int) -> SliceBatches:
+        """This loader drawing from `seed`, sharing the case index (built once per run: the
+        index reads every label file, seconds per epoch at full size)."""
+        other = copy.copy(self)
+        other.seed = seed
+        return other
 
     def set_epoch(self, epoch: int) -> None:
         """Mix `epoch` into the seed so every epoch draws new batches."""

@@ -80,24 +80,26 @@ def train(
         train_cfg: UNet2DTrain, device: torch_device.Device, ctx: torch_launch.DistContext
     ) -> TrainJob:
         steps = train_cfg.steps_per_epoch or len(cases)
+        seed = train_cfg.seed * 100_003
+        # Indexed once per run (every label file is read); each epoch reseeds a copy.
+        run_batches = SliceBatches(
+            prepared,
+            cases,
+            batch_size=train_cfg.batch_size,
+            steps=steps,
+            oversampling=train_cfg.oversampling,
+            augment=train_cfg.augment,
+            seed=seed,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+        )
 
         def batches(
             epoch: int,
         ) -> torch.utils.data.DataLoader[tuple[torch.Tensor, torch.Tensor]]:
             # Seeded per epoch so a resumed run sees the same batches as an uninterrupted one.
-            dataset = SliceBatches(
-                prepared,
-                cases,
-                batch_size=train_cfg.batch_size,
-                steps=steps,
-                oversampling=train_cfg.oversampling,
-                augment=train_cfg.augment,
-                seed=train_cfg.seed * 100_003 + epoch,
-                rank=ctx.rank,
-                world_size=ctx.world_size,
-            )
             return torch.utils.data.DataLoader(
-                dataset,
+                run_batches.reseeded(seed + epoch),
                 batch_size=None,
                 num_workers=train_cfg.loader_workers,
                 pin_memory=device.backend != "cpu",
