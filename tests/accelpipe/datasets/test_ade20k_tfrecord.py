@@ -64,6 +64,7 @@ def _names(raw: Path, split: str) -> list[str]:
 def test_layout_and_dataset_json(prepared: Path) -> None:
     assert sorted(p.name for p in prepared.iterdir()) == [
         "dataset.json",
+        "shards-checked.json",
         "train-00000-of-00003.tfrecord",
         "train-00001-of-00003.tfrecord",
         "train-00002-of-00003.tfrecord",

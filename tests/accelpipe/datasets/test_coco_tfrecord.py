@@ -79,6 +79,7 @@ def test_layout_and_meta(raw: Path, prepared: Path) -> None:
     assert names == [
         "dataset.json",
         "instances_val2017.json",
+        "shards-checked.json",
         "train-00000-of-00003.tfrecord",
         "train-00001-of-00003.tfrecord",
         "train-00002-of-00003.tfrecord",

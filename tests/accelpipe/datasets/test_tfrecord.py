@@ -3,6 +3,8 @@ damaged ones are found."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -65,8 +67,12 @@ def test_no_shard_count_is_refused(tmp_path: Path) -> None:
         _write(tmp_path, "t", RECORDS, 0)
 
 
-def _one_short(task) -> tuple[str, int]:
-    return task.prefix, max(len(task.items) - 1, 0)
+_WRITE_SHARD = tfrecord._write_shard
+
+
+def _one_short(task) -> tuple[str, int, str, list[int]]:
+    prefix, written, name, stamp = _WRITE_SHARD(task)
+    return prefix, max(written - 1, 0), name, stamp
 
 
 def test_a_split_short_of_records_is_an_error(
@@ -208,3 +214,66 @@ def test_the_damaged_shard_is_found_among_those_read_from_tensorflows_message(
     assert tfrecord.find_damaged("some data loss").startswith(f"{cut}: truncated")
     cut.unlink()
     assert tfrecord.find_damaged("some data loss").startswith(f"{flipped}: corrupted")
+
+
+# ---------------------------------------------------- checked once per prepared dataset
+
+
+def _count_walks(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    walked: list[Path] = []
+    walk = tfrecord._walk
+
+    def counting(path: Path, checksums: bool, at: int | None):  # type: ignore[no-untyped-def]
+        walked.append(path)
+        return walk(path, checksums, at)
+
+    monkeypatch.setattr(tfrecord, "_walk", counting)
+    monkeypatch.setattr(tfrecord, "_WALKED", {})  # none walked in this process yet
+    return walked
+
+
+def _later(path: Path, data: bytes) -> None:
+    """Rewrite `path` with `data`, its mtime a second on (a later write: the clock moved)."""
+    mtime = path.stat().st_mtime_ns
+    path.write_bytes(data)
+    os.utime(path, ns=(mtime, mtime + 1_000_000_000))
+
+
+def test_shards_as_prepared_are_not_walked_again_and_changed_ones_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 item 4: the walk (seconds a GB cold) ran on each pipeline build."""
+    first, second = _write(tmp_path, "c", [bytes([i]) * 500 for i in range(6)], 2)
+    walked = _count_walks(monkeypatch)
+    tfrecord.check_shards([first, second])
+    assert walked == []  # write_splits walked them and noted them in CHECKED
+    checked = json.loads((tmp_path / tfrecord.CHECKED).read_text())
+    assert sorted(checked) == [first.name, second.name]
+
+    data = bytearray(first.read_bytes())
+    data[516 + 1] ^= 1  # the second record's length: the same size, damaged
+    _later(first, bytes(data))
+    with pytest.raises(DataError, match=f"^{first}: corrupted record at byte 516 "):
+        tfrecord.check_shards([first, second])
+    # A damaged shard of the same size swapped in for the second one.
+    swapped = tmp_path / "swapped.tfrecord"
+    swapped.write_bytes(bytes(data))
+    os.utime(swapped, ns=(second.stat().st_mtime_ns, second.stat().st_mtime_ns + 10**9))
+    os.replace(swapped, second)
+    with pytest.raises(DataError, match=f"^{second}: corrupted record at byte 516 "):
+        tfrecord.check_shards([second])
+
+
+def test_shards_without_a_manifest_are_walked_once_a_process_until_they_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = _write(tmp_path, "c", [bytes([i]) * 500 for i in range(6)], 2)
+    (tmp_path / tfrecord.CHECKED).write_text("not json")  # unreadable: no manifest
+    walked = _count_walks(monkeypatch)
+    tfrecord.check_shards(paths)
+    tfrecord.check_shards(paths)
+    assert walked == paths
+    _later(paths[1], paths[1].read_bytes()[:-10])
+    with pytest.raises(DataError, match=f"^{paths[1]}: truncated record at byte "):
+        tfrecord.check_shards(paths)
+    assert walked == [*paths, paths[1]]

@@ -11,6 +11,8 @@ Prepared layout (variant `tfrecord`, accelpipe.datasets.ade20k_tfrecord)::
     <out>/train-%05d-of-%05d.tfrecord   every training image with its annotation
     <out>/val-%05d-of-%05d.tfrecord     every validation image
     <out>/dataset.json                  counts, shards, classes, the label convention
+    <out>/shards-checked.json           each shard's size and mtime once walked whole
+                                        (tfrecord.CHECKED: the input pipelines skip the walk)
 
 The records keep the raw PNG values; ade20k_input.shift_labels applies the one label shift.
 """

@@ -17,6 +17,8 @@ Prepared layout (variant `tfrecord`, accelpipe.datasets.coco_tfrecord)::
     <out>/val-%05d-of-%05d.tfrecord     every val image
     <out>/instances_val2017.json        copied: the evaluator's ground truth
     <out>/dataset.json                  counts per split, categories and the label map
+    <out>/shards-checked.json           each shard's size and mtime once walked whole
+                                        (tfrecord.CHECKED: the input pipelines skip the walk)
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ worker cost seconds per worker, more than converting a small dataset.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import struct
 from collections import Counter
@@ -31,6 +32,7 @@ from typing import Any, BinaryIO
 import google_crc32c
 
 from accelpipe.core.errors import DataError
+from accelpipe.core.io import write_json
 from accelpipe.datasets.pool import map_batches
 from accelpipe.datasets.readahead import ahead
 
@@ -165,15 +167,20 @@ def write_record(file: BinaryIO, record: bytes) -> None:
     file.write(_masked_crc32c(record))
 
 
-def _write_shard(task: _ShardTask) -> tuple[str, int]:
-    """Encode and write one shard; return its split's prefix and the records written."""
+def _write_shard(task: _ShardTask) -> tuple[str, int, str, list[int]]:
+    """Encode, write and check one shard; return its split's prefix, the records written, its
+    name and stamp (for the CHECKED manifest)."""
     written = 0
     items = task.items if task.files is None else ahead(task.items, task.files)
     with open(task.path, "wb") as file:
         for item in items:
             write_record(file, task.encode(item))
             written += 1
-    return task.prefix, written
+    path = Path(task.path)
+    problem = damage(path)  # still in the page cache: cheap here, a full read cold
+    if problem:
+        raise DataError(_damaged(path, problem))
+    return task.prefix, written, path.name, _stamp(path)
 
 
 def write_splits(
@@ -192,7 +199,9 @@ def write_splits(
     module-level callable) and may raise DataError to abort everything. `files(item)`, where
     given (module-level too), names the files `encode` will read: they are read ahead
     (datasets.readahead). Every shard is written, empty ones too, so the file names always say
-    how many there are. Raises DataError if a split's records written differ from its items.
+    how many there are. Each shard's frames are walked once written and its size and mtime
+    kept in `out_dir`/CHECKED, so `check_shards` need not walk it again. Raises DataError if a
+    split's records written differ from its items.
     """
     expected: dict[str, int] = {}
     paths: dict[str, list[Path]] = {}
@@ -219,13 +228,16 @@ def write_splits(
             yield tasks
 
     written: Counter[str] = Counter()
-    for prefix, count in map_batches(_write_shard, shard_tasks(), workers):
+    checked: dict[str, list[int]] = {}
+    for prefix, count, name, stamp in map_batches(_write_shard, shard_tasks(), workers):
         written[prefix] += count
+        checked[name] = stamp
     for prefix, count in expected.items():
         if written[prefix] != count:
             raise DataError(
                 f"{out_dir}: wrote {written[prefix]} {prefix} records, expected {count}"
             )
+    write_json(out_dir / CHECKED, dict(sorted(checked.items())))
     return paths
 
 
@@ -235,6 +247,24 @@ _HEADER = 12  # uint64 length, masked CRC-32C of those 8 bytes
 _FOOTER = 4  # masked CRC-32C of the record
 REMAKE = "re-make the prepared data with `snakemake --forcerun prepare_dataset <target>`"
 _READING: dict[str, None] = {}  # shards read in this process, in order (find_damaged)
+# Beside the shards: {name: [size, mtime_ns]} of each shard as written and walked whole. A shard
+# whose size or mtime differs (cut, rewritten, swapped in) is walked again.
+CHECKED = "shards-checked.json"
+_WALKED: dict[str, tuple[int, ...]] = {}  # shards walked whole in this process: their stat
+
+
+def _stamp(path: Path) -> list[int]:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def _checked_at_prepare(folder: Path) -> dict[str, Any]:
+    """The CHECKED manifest of `folder`, or {} (none, or unreadable: the shards are walked)."""
+    try:
+        found = json.loads((folder / CHECKED).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def damage(path: Path, checksums: bool = False, at: int | None = None) -> str | None:
@@ -286,11 +316,25 @@ def _damaged(path: Path, problem: str) -> str:
 
 def check_shards(paths: Iterable[Path]) -> None:
     """Raise DataError naming the first of `paths` whose records do not fill it exactly (cut
-    short, or a length corrupted); checksums are left to the reader."""
-    for path in paths:
-        problem = damage(Path(path))
+    short, or a length corrupted); checksums are left to the reader.
+
+    A shard is walked (a read a record: seconds a GB cold) only if it is not as prepare wrote
+    and walked it (CHECKED) nor as this process last walked it."""
+    manifests: dict[Path, dict[str, Any]] = {}
+    for path in map(Path, paths):
+        stat = path.stat() if path.is_file() else None
+        if stat is not None:
+            stamp = [stat.st_size, stat.st_mtime_ns]
+            seen = (*stamp, stat.st_ctime_ns, stat.st_ino)
+            if path.parent not in manifests:
+                manifests[path.parent] = _checked_at_prepare(path.parent)
+            if manifests[path.parent].get(path.name) == stamp or _WALKED.get(str(path)) == seen:
+                continue
+        problem = damage(path)
         if problem:
             raise DataError(_damaged(path, problem))
+        if stat is not None:
+            _WALKED[str(path)] = seen
 
 
 def reading(paths: Iterable[Path]) -> None:
