@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
 import os
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from accelpipe.core.errors import DataError
@@ -127,7 +128,7 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
     one DataError line naming the file (and, for malformed JSON, where)."""
     fe = FileEvents()
     xspace = path.name.endswith(XPLANE_SUFFIX)
-    try:
+    with _read_errors(path, xspace):
         if xspace:
             window = reader.ByteWindow(io.BytesIO(_converted(path)))
             reader.parse(window, fe)
@@ -135,6 +136,22 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
         else:
             nbytes, _bare = reader.read_trace(path, fe)
         fmt = formats.require_supported(fe.evidence)
+    return fe, nbytes, fmt
+
+
+def _read_ops(path: Path, fe: FileEvents) -> structure.Ops:
+    """The second read of a file for its steps' structure; a file that changed since the
+    first read fails as any unreadable trace does."""
+    with _read_errors(path, xspace=False):
+        return structure.read_ops(path, fe)
+
+
+@contextlib.contextmanager
+def _read_errors(path: Path, xspace: bool) -> Iterator[None]:
+    """A failure reading `path` as one DataError line naming it (and, for malformed JSON,
+    where: a converted XSpace's JSON has no place in the file)."""
+    try:
+        yield
     except FileNotFoundError:
         raise DataError(f"{path}: trace file not found") from None
     except Malformed as err:
@@ -142,22 +159,6 @@ def _read(path: Path) -> tuple[FileEvents, int, str]:
         raise DataError(f"{path}: malformed trace: {err}{where}") from None
     except Unsupported as err:
         raise DataError(f"{path}: {err}") from None
-    except (EOFError, zlib.error, zipfile.BadZipFile, gzip.BadGzipFile) as err:
-        raise DataError(f"{path}: truncated or corrupt compressed trace ({err})") from None
-    except OSError as err:
-        raise DataError(f"{path}: cannot read trace ({err})") from None
-    return fe, nbytes, fmt
-
-
-def _read_ops(path: Path, fe: FileEvents) -> structure.Ops:
-    """The second read of a file for its steps' structure; a file that changed since the
-    first read fails as any unreadable trace does."""
-    try:
-        return structure.read_ops(path, fe)
-    except FileNotFoundError:
-        raise DataError(f"{path}: trace file not found") from None
-    except Malformed as err:
-        raise DataError(f"{path}: malformed trace: {err}{_where(path, err.offset)}") from None
     except (EOFError, zlib.error, zipfile.BadZipFile, gzip.BadGzipFile) as err:
         raise DataError(f"{path}: truncated or corrupt compressed trace ({err})") from None
     except OSError as err:
