@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accelpipe import stages
+from accelpipe.config import registry
 from accelpipe.config.runtime import lease_wait_s, read_runtime
 from accelpipe.config.schema import load_slice, slice_schema, validate_slice
 from accelpipe.core import containers, leases
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool", help="device ids jobs may use, e.g. 0,1 (default: accelerators.pool, else all)"
     )
     doctor.add_argument("--json", help="also write the report as JSON here")
+    _accelerator_check_parser(sub)
     images = _parser(sub, "images", "tag or build the container image of a backend")
     images.add_argument("action", choices=("tag", "build"))
     images.add_argument("--backend", required=True, help="cpu, cuda, rocm or gaudi")
@@ -291,6 +293,9 @@ def run_stage(args: argparse.Namespace, argv: list[str]) -> int:
     """Lease accelerators, then run the stage here or in its container."""
     runtime = read_runtime(args.framework)
     backend = stage_backend(args, runtime)
+    if args.stage == "accelerator-check":  # runs its parts here; each leases what it needs
+        handler_for(args.stage)(args)
+        return 0
     if args.stage == "doctor":
         # The doctor looks at every device of the pool, busy ones included: it leases none and
         # hides none (a lease's visibility variable would); its container gets the whole pool.
@@ -462,4 +467,37 @@ def _diff_parser(sub: argparse._SubParsersAction) -> None:
         "--report-only",
         action="store_true",
         help="write the report and exit 0 whatever the gate says (the Snakemake target)",
+    )
+
+
+def _accelerator_check_parser(sub: argparse._SubParsersAction) -> None:
+    """`accelpipe accelerator-check`: the first command on a new accelerator node."""
+    # the PyTorch workloads, by the one registry (an accelerator node for PyTorch has no TF)
+    torch_workloads = [n for n, w in registry.WORKLOADS.items() if w.framework == "pytorch"]
+    parser = _parser(
+        sub,
+        "accelerator-check",
+        "doctor, device tests, tiny fp32/bf16 runs with their traces, FLOPs, MFU and energy, "
+        "and a benchmark row per PyTorch workload, inside a time budget; one markdown and "
+        "one JSON report",
+    )
+    parser.add_argument("--backend", choices=leases.BACKENDS, default="cpu")
+    parser.add_argument("--out", default="accelerator-check", help="the report's folder")
+    parser.add_argument(
+        "--budget-s", type=float, default=480.0, help="the whole check's wall time (default 480)"
+    )
+    parser.add_argument("--workloads", nargs="+", choices=torch_workloads, default=torch_workloads)
+    parser.add_argument(
+        "--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"]
+    )
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        default=["tests/accelpipe/devices"],
+        help="the device tests: paths in the checkout (TensorFlow's left out where it is absent)",
+    )
+    parser.add_argument("--benchmark-steps", type=int, default=20, help="measured steps")
+    parser.add_argument("--benchmark-warmup", type=int, default=5, help="unmeasured steps")
+    parser.add_argument(
+        "--cores", type=int, default=len(os.sched_getaffinity(0)), help="Snakemake's --cores"
     )

@@ -28,6 +28,7 @@ MODULES = {
     "diff": "accelpipe.stages.diff",
     "images": "accelpipe.stages.images",
     "doctor": "accelpipe.stages.doctor",
+    "accelerator-check": "accelpipe.stages.accelerator_check",
     "targets": "accelpipe.stages.targets",
     "runs": "accelpipe.stages.runs",
     "drop-archives": "accelpipe.stages.data",

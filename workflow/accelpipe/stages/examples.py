@@ -186,6 +186,16 @@ EXAMPLES: dict[str, tuple[list[str], str | None]] = {
         ],
         None,
     ),
+    "accelerator-check": (
+        [
+            command("accelerator-check", "--backend", "cuda", "--out", "accelerator-check"),
+            command(
+                *("accelerator-check", "--backend", "cpu", "--budget-s", 150),
+                *("--workloads", "unet2d", "--tests", "tests/accelpipe/devices/test_peaks.py"),
+            ),
+        ],
+        None,
+    ),
     "images": ([command("images", "build", "--backend", "cuda", "--framework", "pytorch")], None),
     "targets": (
         [
