@@ -19,7 +19,7 @@ REPORTS := .test-reports
 TARGET ?= results/unet2d/fold0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run test test-tf215 test-tf217 test-torch26 lint format docs bench clean venv venv-tf215 venv-tf217 venv-torch26 wheelhouse image
+.PHONY: run test test-tf215 test-tf217 test-torch26 lint format docs bench clean venv venv-tf215 venv-tf217 venv-torch26 wheelhouse image accelerator-check
 
 $(VENV)/.installed: requirements/*.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -147,6 +147,17 @@ endif
 BACKEND ?= cpu
 image: venv
 	$(BIN)/accelpipe images build --backend $(BACKEND) $(IMAGE_ARGS)
+
+# The first command on a new accelerator node (docs/containers-and-clusters.md), inside a time
+# budget: `make accelerator-check BACKEND=cuda` -> accelerator-check/accelerator-check.{md,json}.
+# CHECK_PYTHON: the Python that holds accelpipe (default .venv's, else $(PYTHON): a node's own
+# environment after a wheelhouse install); CHECK_ARGS: more options (accelpipe accelerator-check -h).
+CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+CHECK_BUDGET_S ?= 480
+CHECK_OUT ?= accelerator-check
+accelerator-check:
+	$(CHECK_PYTHON) -m accelpipe accelerator-check --backend $(BACKEND) \
+		--budget-s $(CHECK_BUDGET_S) --out $(CHECK_OUT) $(CHECK_ARGS)
 
 bench: venv
 	$(BIN)/python benchmarks/run_all.py

@@ -96,6 +96,8 @@ if ls "$out" | grep -qiE '^(torch|tensorflow|tensorflow_cpu|nvidia_|triton)-'; t
     echo "env-wheelhouse: a framework wheel reached $out; it would replace the installed one" >&2
     exit 1
 fi
+# The node's own packages stay as they are (install.sh pins them): their wheels are left out.
+[ -z "${CONSTRAINTS:-}" ] || bash scripts/wheelhouse-prune.sh "$out" "$CONSTRAINTS"
 printf '%s\n' $top_level > "$out/requirements.txt"
 cp scripts/env-wheelhouse-install.sh "$out/install.sh"
 chmod +x "$out/install.sh"

@@ -484,6 +484,11 @@ def _accelerator_check_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", choices=leases.BACKENDS, default="cpu")
     parser.add_argument("--out", default="accelerator-check", help="the report's folder")
     parser.add_argument(
+        "--workflow",
+        default=".",
+        help="the accelpipe checkout: its Snakefile, .test/config.yaml and tests (default: .)",
+    )
+    parser.add_argument(
         "--budget-s", type=float, default=480.0, help="the whole check's wall time (default 480)"
     )
     parser.add_argument("--workloads", nargs="+", choices=torch_workloads, default=torch_workloads)

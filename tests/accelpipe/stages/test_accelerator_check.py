@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from accelpipe import REPO
 from accelpipe.stages import accelerator_check as check
 
 
@@ -89,7 +90,12 @@ def test_no_finished_run_skips_the_checks_on_its_figures() -> None:
 
 def test_a_budget_too_short_for_any_part_is_refused() -> None:
     with pytest.raises(check.ConfigError, match="--budget-s 10"):
-        check.check_arguments(argparse.Namespace(budget_s=10))
+        check.check_arguments(argparse.Namespace(budget_s=10, workflow=str(REPO)))
+
+
+def test_a_folder_that_is_no_checkout_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(check.ConfigError, match=f"--workflow {tmp_path}: no Snakefile"):
+        check.check_arguments(argparse.Namespace(budget_s=480, workflow=str(tmp_path)))
 
 
 @pytest.mark.e2e
@@ -104,6 +110,7 @@ def test_the_check_runs_end_to_end_on_the_cpu_inside_its_budget(tmp_path: Path) 
             *("--tests", "tests/accelpipe/devices/test_peaks.py"),
             *("--benchmark-steps", "3", "--benchmark-warmup", "1", "--cores", "2"),
         ],
+        cwd=REPO,
         text=True,
         capture_output=True,
     )

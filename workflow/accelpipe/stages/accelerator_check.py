@@ -26,14 +26,13 @@ from typing import Any
 
 import yaml
 
-from accelpipe import REPO
 from accelpipe.config.schema import validate
 from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.core.io import read_json, write_json, write_text
 
 log = logging.getLogger("accelpipe")
 
-TINY_CONFIG = REPO / ".test" / "config.yaml"
+TINY_CONFIG = Path(".test") / "config.yaml"  # in the checkout (--workflow)
 KILL_GRACE_S = 10.0  # a part past its limit gets SIGTERM, then SIGKILL this much later
 REPORT_RESERVE_S = 5.0  # kept for the report after the last part
 MIN_PART_S = 5.0  # a part with less time than this left is skipped, not started
@@ -149,12 +148,12 @@ def _outcome(name: str, ran: Bounded, limit_s: float, figures: dict[str, Any], o
     return Part(name, verdict, detail, round(ran.seconds, 1), round(limit_s, 1), figures)
 
 
-def device_test_files(paths: list[str]) -> list[str]:
+def device_test_files(workflow: Path, paths: list[str]) -> list[str]:
     """The device tests here: test files under `paths`, without the TensorFlow ones where
     TensorFlow does not import (an accelerator node for PyTorch has none)."""
     has_tf = importlib.util.find_spec("tensorflow") is not None
     files = []
-    for path in (REPO / p for p in paths):
+    for path in (workflow / p for p in paths):
         for test in sorted(path.rglob("test_*.py")) if path.is_dir() else [path]:
             if has_tf or "pytestmark = pytest.mark.tensorflow" not in test.read_text():
                 files.append(str(test))
@@ -162,14 +161,15 @@ def device_test_files(paths: list[str]) -> list[str]:
 
 
 def check_tests(args: argparse.Namespace, limit_s: float) -> Part:
-    files = device_test_files(args.tests)
+    files = device_test_files(Path(args.workflow), args.tests)
     if not files:
         return Part("tests", "skipped", f"no test files under {', '.join(args.tests)} here")
     if importlib.util.find_spec("pytest") is None:
         return Part("tests", "skipped", "pytest is not installed in this environment")
     junit = Path(args.out) / "tests.xml"
     command = python_command("pytest", "-q", "-p", "no:cacheprovider", "--junitxml", str(junit))
-    ran = run_bounded(command + files, limit_s, Path(args.out) / "logs" / "tests.log", REPO)
+    tests_log = Path(args.out) / "logs" / "tests.log"
+    ran = run_bounded(command + files, limit_s, tests_log, Path(args.workflow))
     figures: dict[str, Any] = {"files": len(files)}
     if junit.exists() and ran.returncode is not None:
         root = ET.parse(junit).getroot()
@@ -183,9 +183,7 @@ def check_tests(args: argparse.Namespace, limit_s: float) -> Part:
 def check_config(args: argparse.Namespace) -> dict[str, Any]:
     """The tiny config on the backend, with an fp32 and a bf16 run per workload and one
     benchmark row (bf16, at the reference batch size on an accelerator)."""
-    if not TINY_CONFIG.exists():
-        raise ConfigError(f"{TINY_CONFIG}: the tiny config is missing (a checkout has it)")
-    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config = yaml.safe_load((Path(args.workflow) / TINY_CONFIG).read_text())
     config["backend"] = args.backend
     for workload in args.workloads:
         block = config.setdefault(workload, {})
@@ -217,11 +215,11 @@ def run_target(workload: str, run: str) -> str:
 def snakemake(args: argparse.Namespace, name: str, targets: list[str], limit_s: float) -> Bounded:
     work = Path(args.out) / "work"
     command = python_command(
-        *("snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work)),
+        *("snakemake", "-s", str(Path(args.workflow) / "Snakefile"), "-d", str(work)),
         *("--configfile", str(work / "check-config.yaml"), "--cores", str(args.cores)),
         *("--nolock", "--rerun-incomplete", "--keep-going", *targets),
     )
-    return run_bounded(command, limit_s, Path(args.out) / "logs" / f"{name}.log", REPO)
+    return run_bounded(command, limit_s, Path(args.out) / "logs" / f"{name}.log", Path.cwd())
 
 
 def check_tiny(args: argparse.Namespace, workload: str, limit_s: float) -> Part:
@@ -344,6 +342,9 @@ def run_part(args: argparse.Namespace, name: str, limit_s: float) -> Part:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
+    for needed in ("Snakefile", TINY_CONFIG):
+        if not (Path(args.workflow) / needed).is_file():
+            raise ConfigError(f"--workflow {args.workflow}: no {needed} (the accelpipe checkout)")
     if args.budget_s <= REPORT_RESERVE_S + KILL_GRACE_S + MIN_PART_S:
         raise ConfigError(f"--budget-s {args.budget_s}: too short to run any part")
 
@@ -351,6 +352,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run_accelerator_check(args: argparse.Namespace) -> None:
     check_arguments(args)
     args.out = str(Path(args.out).resolve())  # the parts run in other folders
+    args.workflow = str(Path(args.workflow).resolve())
     out = Path(args.out)
     (out / "work").mkdir(parents=True, exist_ok=True)
     write_text(out / "work" / "check-config.yaml", yaml.safe_dump(check_config(args)))
