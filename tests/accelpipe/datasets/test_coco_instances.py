@@ -7,11 +7,13 @@ import copy
 import gc
 import json
 import math
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from accelpipe.core.errors import DataError
+from accelpipe.datasets import coco_instances
 from accelpipe.datasets.coco_instances import Box, load_instances, records
 
 CATEGORIES = [{"id": 3, "name": "car", "supercategory": "vehicle"}, {"id": 18, "name": "dog"}]
@@ -197,3 +199,81 @@ def test_the_garbage_collector_is_back_on_after_reading(tmp_path: Path) -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# ----------------------------------------------------------- the annotations, streamed
+
+
+def _many(n: int, points: int = 60, nested: bool = True) -> dict:
+    """`n` annotations on the first image, with polygons (most of a real file's bytes), an RLE
+    dict, strings holding the array's separators and non-ASCII text; categories after them;
+    with `nested`, an image holding an 'annotations' array of its own, before them."""
+    content = _content()
+    anns = []
+    for i in range(n):
+        ann = {"id": 100 + i, "image_id": 42, "category_id": 3, "iscrowd": 0, "area": 2.0,
+               "bbox": [1.0, 2.0, 3.0 + i % 7, 4.0],
+               "segmentation": [[float(j) + 0.25 for j in range(points)]]}  # fmt: skip
+        if i % 5 == 0:
+            ann["segmentation"] = {"counts": "ab},{cd]}", "size": [480, 640]}
+            ann["note"] = 'é€ }, {"x": [1]}]'
+        anns.append(ann)
+    content["annotations"] = anns
+    if nested:
+        content["images"].append({"id": 5, "file_name": "a.jpg", "width": 2, "height": 2,
+                                  "annotations": [{"id": 9}]})  # fmt: skip
+    return content
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_streamed_annotations_are_the_whole_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, indent: int | None
+) -> None:
+    path = tmp_path / "instances_train2017.json"
+    path.write_text(json.dumps(_many(300), indent=indent, ensure_ascii=False))
+    whole = load_instances(path)
+    monkeypatch.setattr(coco_instances, "CHUNK_BYTES", 1500)  # a few elements a window
+    skeleton, streamed = coco_instances.stream_instances(path)
+    assert list(streamed) == whole["annotations"]
+    assert skeleton == {**whole, "annotations": []}
+    assert records(path, tmp_path, skip_empty=True)[0][0].boxes == [
+        Box(1 / 640, (4.0 + i % 7) / 640, 2 / 480, 6 / 480, 3, "car", 0, 2.0) for i in range(300)
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [  # no top-level array to stream: parsed whole, as before
+        '{"images": [{"id": 1, "annotations": [1]}], "annotations": [], "categories": []}',
+        '{"info": "\\"annotations\\": [", "images": [], "annotations": [], "categories": []}',
+        '{"images": [], "annotations": [{"a": 1}], "annotations": [], "categories": []}',
+    ],
+)
+def test_a_file_whose_array_is_not_the_top_level_one_is_parsed_whole(
+    tmp_path: Path, text: str
+) -> None:
+    path = _write(tmp_path, text)
+    skeleton, streamed = coco_instances.stream_instances(path)
+    assert list(streamed) == json.loads(text)["annotations"]
+    assert skeleton["images"] == json.loads(text)["images"]
+
+
+def test_records_never_hold_the_whole_parsed_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 item 4: the parsed annotations were 4.2 GB at COCO 2017's size."""
+    path = tmp_path / "instances_train2017.json"
+    path.write_text(json.dumps(_many(2000, nested=False)))
+    monkeypatch.setattr(coco_instances, "CHUNK_BYTES", 64 << 10)  # ~1/20 of the file
+    tracemalloc.start()
+    try:
+        whole = load_instances(path)
+        whole_peak = tracemalloc.get_traced_memory()[1]
+        del whole
+        tracemalloc.reset_peak()
+        _kept, stats, _cats = records(path, tmp_path, skip_empty=True)
+        streamed_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stats.boxes == 2000
+    assert streamed_peak < whole_peak / 4

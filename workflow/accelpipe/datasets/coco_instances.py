@@ -8,7 +8,9 @@ past the image by less than BOX_TOLERANCE_PX (rounding in the annotation); with 
 dropped.
 
 COCO 2017's train file is ~450 MB with ~860k annotations and millions of polygon
-coordinates: it is parsed with orjson and each entry is checked in one pass, with the cyclic
+coordinates: it is parsed with orjson, its 'annotations' array a window at a time
+(`stream_instances`: ~4 GB of parsed polygons never live at once), and each entry is checked in
+one pass, with the cyclic
 garbage collector paused (a JSON tree has no cycles, and collections over millions of new
 objects cost more than the parse itself). orjson reads an integer past 64 bits as a float;
 integer fields therefore take ints in the int64 range (which the Example's int64 features
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -111,11 +115,160 @@ def load_instances(ann_file: Path) -> dict[str, Any]:
             content = orjson.loads(data)
     except orjson.JSONDecodeError as err:
         raise DataError(f"{ann_file}: not valid JSON ({err})") from None
+    _check_lists(content, ann_file)
+    return cast("dict[str, Any]", content)  # checked to be an object
+
+
+def _check_lists(content: Any, ann_file: Path) -> None:
     for key in ("images", "annotations", "categories"):
         value = content.get(key) if isinstance(content, dict) else None
         if not isinstance(value, list) or not all(type(v) is dict for v in value):
             raise DataError(f"{ann_file}: '{key}' must be a list of objects")
-    return cast("dict[str, Any]", content)  # checked above to be an object
+
+
+# ---------------------------------------------------------------- streamed annotations
+# The parsed 'annotations' array is most of a parse's memory (COCO 2017 train: ~4 GB of
+# polygons, for boxes worth ~0.2 GB). `stream_instances` parses the array in windows of about
+# CHUNK_BYTES, so only one window's objects live at a time: a first pass finds where the
+# windows and the array end (the rest of the file, the categories in COCO, comes after it),
+# the second parses them again as they are used.
+
+CHUNK_BYTES = 4 << 20
+_KEY = b'"annotations"'
+_STREAMED = "\u0000accelpipe: streamed"  # what the array is replaced by in the skeleton
+_BETWEEN = re.compile(rb"\}\s*,\s*\{")  # between two objects of the array (or in a string)
+_AFTER_END = "unexpected content after document"  # orjson's message past the array's ']'
+_WS = b" \t\r\n"
+_TRIES = 8  # '"annotations": [' found elsewhere first: tried before the file is parsed whole
+
+
+def _find(fd: int, needle: bytes, size: int) -> Iterator[int]:
+    """Offsets of `needle` in the file, read in blocks."""
+    offset = 0
+    while offset < size:
+        data = os.pread(fd, CHUNK_BYTES + len(needle) - 1, offset)
+        at = data.find(needle)
+        while at != -1:
+            if at < CHUNK_BYTES:  # the overlap's matches belong to the next block
+                yield offset + at
+            at = data.find(needle, at + 1)
+        offset += CHUNK_BYTES
+
+
+def _skip_ws(data: bytes, at: int) -> int:
+    while at < len(data) and data[at] in _WS:
+        at += 1
+    return at
+
+
+def _array_starts(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """(offset of a '"annotations": [' key, of the first byte inside its array), in order."""
+    for key in _find(fd, _KEY, size):
+        head = os.pread(fd, 64, key + len(_KEY))
+        at = _skip_ws(head, 0)
+        if head[at : at + 1] == b":":
+            at = _skip_ws(head, at + 1)
+            if head[at : at + 1] == b"[":
+                yield key, key + len(_KEY) + at + 1
+
+
+def _byte_offset(buf: bytes, pos: int) -> int:
+    """orjson's error position (characters) in `buf` as a byte offset."""
+    return pos if buf.isascii() else len(buf.decode("utf-8", "replace")[:pos].encode())
+
+
+def _windows(fd: int, start: int, size: int) -> tuple[list[tuple[int, int]], int] | None:
+    """(offset, length) of windows of whole elements of the array from `start`, and the offset
+    of its ']'; None if the array does not parse this way (the caller parses the file whole)."""
+    spans: list[tuple[int, int]] = []
+    at, window = start, CHUNK_BYTES
+    while at < size:
+        data = os.pread(fd, window, at)
+        cuts = [m.start() + 1 for m in _BETWEEN.finditer(data)][::-1]
+        for cut in [*cuts, len(data)]:
+            buf = b"[" + data[:cut] + (b"]" if cut < len(data) else b"")
+            try:
+                orjson.loads(buf)
+            except orjson.JSONDecodeError as err:
+                if err.msg == _AFTER_END:  # the array ends in this window
+                    end = buf.rfind(b"]", 0, _byte_offset(buf, err.pos)) - 1
+                    return [*spans, (at, end)], at + end
+                continue  # a cut inside a string or a value: an earlier one
+            if cut == len(data):
+                break  # the whole window parsed, the array still open: a bigger one
+            spans.append((at, cut))
+            at += _skip_ws(data, data.index(b",", cut) + 1)
+            window = CHUNK_BYTES
+            break
+        else:
+            if at + len(data) >= size:
+                return None
+            window *= 2  # no whole element in the window
+            continue
+        if cut == len(data):
+            if at + len(data) >= size:
+                return None
+            window *= 2
+    return None
+
+
+def stream_instances(ann_file: Path) -> tuple[dict[str, Any], Iterable[dict[str, Any]]]:
+    """The instances JSON without its 'annotations' (checked as `load_instances` does), and
+    those annotations, parsed a window at a time as they are iterated (once).
+
+    A file where this finds no top-level 'annotations' array is parsed whole (its errors
+    named by `load_instances`)."""
+    try:
+        fd = os.open(ann_file, os.O_RDONLY)
+    except OSError:
+        fd = -1
+    try:
+        found = _skeleton(fd, ann_file) if fd != -1 else None
+    except OSError:  # a folder in its place
+        found = None
+    if found is None:
+        if fd != -1:
+            os.close(fd)
+        content = load_instances(ann_file)
+        return content, content["annotations"]
+    content, spans = found
+
+    def annotations() -> Iterator[dict[str, Any]]:
+        try:
+            for offset, length in spans:
+                try:
+                    chunk = orjson.loads(b"[" + os.pread(fd, length, offset) + b"]")
+                except orjson.JSONDecodeError as err:  # checked by the first pass
+                    raise DataError(f"{ann_file}: changed while it was read ({err})") from None
+                if not all(type(v) is dict for v in chunk):
+                    raise DataError(f"{ann_file}: 'annotations' must be a list of objects")
+                yield from chunk
+        finally:
+            os.close(fd)
+
+    return content, annotations()
+
+
+def _skeleton(fd: int, ann_file: Path) -> tuple[dict[str, Any], list[tuple[int, int]]] | None:
+    """The file parsed with its top-level 'annotations' array left out, and the array's
+    windows (the key is also searched for in strings and nested objects: those are tried and
+    left)."""
+    size = os.fstat(fd).st_size
+    for key, start in itertools.islice(_array_starts(fd, size), _TRIES):
+        planned = _windows(fd, start, size)
+        if planned is None:
+            return None  # not valid JSON from there: the whole parse names the problem
+        spans, end = planned
+        head = os.pread(fd, key + len(_KEY), 0) + b":" + orjson.dumps(_STREAMED)
+        try:
+            content = orjson.loads(head + os.pread(fd, size - end - 1, end + 1))
+        except orjson.JSONDecodeError:
+            continue  # a key inside a string
+        if isinstance(content, dict) and content.get("annotations") == _STREAMED:
+            content["annotations"] = []
+            _check_lists(content, ann_file)
+            return content, [(o, n) for o, n in spans if n > 0]
+    return None
 
 
 def categories(content: dict[str, Any], ann_file: Path) -> dict[int, dict[str, Any]]:
@@ -198,12 +351,12 @@ def records(
 def _records(
     ann_file: Path, image_dir: Path, skip_empty: bool
 ) -> tuple[list[ImageRecord], SplitStats, dict[int, dict[str, Any]]]:
-    content = load_instances(ann_file)
+    content, annotations = stream_instances(ann_file)
     cats = categories(content, ann_file)
     names = {cat_id: str(cat["name"]) for cat_id, cat in cats.items()}
     by_id = _images(content, image_dir, ann_file)
     stats = SplitStats(source_images=len(by_id))
-    for i, ann in enumerate(content["annotations"]):
+    for i, ann in enumerate(annotations):
         where = f"annotations[{i}]"
         cat_id = _int(ann, "category_id", where, ann_file)
         if cat_id not in names:
