@@ -190,3 +190,39 @@ def test_devkit_ground_truth_with_unknown_id(imagenet_raw, tmp_path):
     devkit = _tar(tmp_path / "devkit.tar", members)
     with pytest.raises(DataError, match=r"devkit\.tar: .*ground_truth\.txt line 2: '77'"):
         imagenet_tars.read_devkit(devkit, LIMITS)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_class_tars_are_extracted_on_the_workers_into_the_same_tree(tars, tmp_path, monkeypatch):
+    """Issue 33 item 4: the 1.28M train images were extracted in one process (~30 min)."""
+    one = imagenet_tars.import_tars(tmp_path / "one", **tars, limits=LIMITS, workers=1)
+    spread = []
+    real = imagenet_tars.map_tasks
+
+    def spy(fn, tasks, workers, **options):
+        spread.append((sorted(t.label.rsplit(": ", 1)[1] for t in tasks), workers))
+        return real(fn, tasks, workers, **options)
+
+    monkeypatch.setattr(imagenet_tars, "map_tasks", spy)
+    two = imagenet_tars.import_tars(tmp_path / "two", **tars, limits=LIMITS, workers=2)
+    assert spread == [(["n01440764.tar", "n01443537.tar"], 2)]
+    assert _tree(two) == _tree(one) and len(_tree(one)) == 7  # 3 train, 3 val, classes.json
+    # A compressed train tar cannot be read from an offset: it is streamed, as before.
+    gz = tmp_path / "train.tar.gz"
+    with tarfile.open(gz, "w:gz") as out, tarfile.open(tars["train_tar"]) as src:
+        for member in src:
+            out.addfile(member, src.extractfile(member))
+    three = imagenet_tars.import_tars(
+        tmp_path / "three", **{**tars, "train_tar": gz}, limits=LIMITS, workers=2
+    )
+    assert _tree(three) == _tree(one) and len(spread) == 1
+
+
+def test_a_bad_class_tar_on_a_worker_is_named(tars, tmp_path):
+    good = _tar_bytes({"n01440764_1.JPEG": _jpeg(64, 64)})
+    _tar(tars["train_tar"], {"n01440764.tar": good, "n01443537.tar": good[:600]})
+    with pytest.raises(DataError, match=r"n01443537\.tar: truncated"):
+        imagenet_tars.import_tars(tmp_path / "a", **tars, limits=LIMITS, workers=2)

@@ -218,7 +218,14 @@ def _synthetic_raw(synth: dict[str, Any], out: Path, downloads: Path) -> None:
     tars = {"train_tar": tars_dir / TRAIN_TAR, "val_tar": tars_dir / VAL_TAR}
     tars["devkit"] = tars_dir / DEVKIT
     md5: dict[str, str | None] = {key: md5sum(path) for key, path in tars.items()}
-    import_tars(out, **tars, md5=md5, limits=OWN_ARCHIVE)
+    import_tars(
+        out,
+        train_tar=tars["train_tar"],
+        val_tar=tars["val_tar"],
+        devkit=tars["devkit"],
+        md5=md5,
+        limits=OWN_ARCHIVE,
+    )
 
 
 def _raw_facts(out: Path) -> dict[str, Any]:
