@@ -16,6 +16,9 @@ import pytest
 from accelpipe import REPO
 from accelpipe.stages import accelerator_check as check
 
+# the reference recipes' global batch sizes (the schema's train.batch_size defaults)
+_REFERENCE = {"unet2d": 64, "resnet50": 256, "swinunetr": 1}
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -96,6 +99,31 @@ def test_a_budget_too_short_for_any_part_is_refused() -> None:
 def test_a_folder_that_is_no_checkout_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(check.ConfigError, match=f"--workflow {tmp_path}: no Snakefile"):
         check.check_arguments(argparse.Namespace(budget_s=480, workflow=str(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    ("backend", "batches", "train_images"),
+    [("cpu", {"unet2d": 4, "resnet50": 8, "swinunetr": 1}, 24), ("cuda", _REFERENCE, 256)],
+)
+def test_the_benchmark_row_is_at_the_reference_batch_on_an_accelerator(
+    backend: str, batches: dict[str, int], train_images: int
+) -> None:
+    args = argparse.Namespace(
+        workflow=str(REPO),
+        backend=backend,
+        workloads=["unet2d", "resnet50", "swinunetr"],
+        precisions=["fp32", "bf16"],
+        benchmark_warmup=5,
+        benchmark_steps=20,
+    )
+    config = check.check_config(args)
+    assert {w: config[w]["benchmark"]["batch_sizes"] for w in batches} == {
+        w: [b] for w, b in batches.items()
+    }
+    assert all(config[w]["runs"]["bf16"] == {"precision": "bf16"} for w in batches)
+    imagenet = config["datasets"]["imagenet"]["synthetic"]
+    # the training set holds a full batch (resnet50 drops a partial one)
+    assert imagenet["classes"] * imagenet["train_per_class"] == train_images
 
 
 @pytest.mark.e2e
