@@ -83,6 +83,17 @@ def test_on_an_accelerator_a_run_without_mfu_or_device_kernels_fails() -> None:
     assert (energy.verdict, energy.detail) == ("skipped", "no meter reads here: no power source")
 
 
+def test_a_check_on_the_figures_names_the_runs_it_could_not_cover() -> None:
+    done = check.Part("tiny-unet2d", "pass", "", figures={"bf16": _run(1e9, 0.3, 5)})
+    cut = check.Part("tiny-swinunetr", "timeout", "", figures={"fp32": None, "bf16": None})
+    derived = check.derived_parts([done, cut], "cuda")
+    assert [p.verdict for p in derived] == ["pass", "pass", "skipped"]
+    for part in derived:
+        assert part.detail.endswith(
+            "; not checked (run unfinished): swinunetr/fp32, swinunetr/bf16"
+        )
+
+
 def test_no_finished_run_skips_the_checks_on_its_figures() -> None:
     tiny = check.Part("tiny-unet2d", "timeout", "stopped", figures={"fp32": None, "bf16": None})
     derived = check.derived_parts([tiny], "cuda")

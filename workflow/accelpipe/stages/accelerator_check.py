@@ -296,7 +296,18 @@ def derived_parts(parts: list[Part], backend: str) -> list[Part]:
         return [
             Part(name, "skipped", "no tiny run finished") for name in ("trace", "compute", "energy")
         ]
-    return [trace_part(runs, backend), compute_part(runs, backend), energy_part(runs)]
+    derived = [trace_part(runs, backend), compute_part(runs, backend), energy_part(runs)]
+    unfinished = [
+        f"{part.name.removeprefix('tiny-')}/{precision}"
+        for part in parts
+        if part.name.startswith("tiny-")
+        for precision, figures in part.figures.items()
+        if not figures
+    ]
+    if unfinished:  # a pass covers the runs that finished, and says which did not
+        for part in derived:
+            part.detail += f"; not checked (run unfinished): {', '.join(unfinished)}"
+    return derived
 
 
 RunFigures = list[tuple[str, str, dict[str, Any]]]
