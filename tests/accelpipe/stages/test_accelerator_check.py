@@ -102,6 +102,12 @@ def test_no_finished_run_skips_the_checks_on_its_figures() -> None:
     ]
 
 
+def test_device_tests_that_are_not_here_skip_the_part_naming_them(tmp_path: Path) -> None:
+    args = argparse.Namespace(workflow=str(tmp_path), tests=["tests/devices"], out=str(tmp_path))
+    part = check.check_tests(args, 60.0)
+    assert (part.verdict, part.detail) == ("skipped", "no test files under tests/devices here")
+
+
 def test_a_budget_too_short_for_any_part_is_refused() -> None:
     with pytest.raises(check.ConfigError, match="--budget-s 10"):
         check.check_arguments(argparse.Namespace(budget_s=10, workflow=str(REPO)))
