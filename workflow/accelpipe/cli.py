@@ -428,10 +428,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _config_arguments(parser: argparse.ArgumentParser, files_help: str) -> None:
     """--configfile and --config as Snakemake takes them (targets, runs)."""
     for flag, metavar, text in (
@@ -506,3 +502,7 @@ def _accelerator_check_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--cores", type=int, default=len(os.sched_getaffinity(0)), help="Snakemake's --cores"
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,9 +11,10 @@ COCO 2017's train file is ~450 MB with ~860k annotations and millions of polygon
 coordinates: it is parsed with orjson, its 'annotations' array a window at a time
 (`stream_instances`: ~4 GB of parsed polygons never live at once), and each entry is checked
 in one pass, with the cyclic garbage collector paused (a JSON tree has no cycles, and
-collections over millions of new objects cost more than the parse itself). orjson reads an integer past 64 bits as a float;
-integer fields therefore take ints in the int64 range (which the Example's int64 features
-hold) and integral floats below 2**53 (exact), and name anything else.
+collections over millions of new objects cost more than the parse itself). orjson reads an
+integer past 64 bits as a float; integer fields therefore take ints in the int64 range (which
+the Example's int64 features hold) and integral floats below 2**53 (exact), and name anything
+else.
 """
 
 from __future__ import annotations

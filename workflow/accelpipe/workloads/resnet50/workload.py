@@ -10,15 +10,16 @@ augmentation run in the DataLoader's persistent workers, into pinned memory.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from accelpipe.config.settings import TrainSlice, view
+from accelpipe.core.errors import DataError
 from accelpipe.core.io import read_json, write_json
 from accelpipe.devices import torch_device
 from accelpipe.engines.evaluations import in_training_eval
@@ -45,16 +46,25 @@ def _epoch_batches(
     epoch: int,
     steps: int,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """`steps` batches for `epoch`: one pass over the loader, repeated if steps asks for more."""
+    """`steps` batches for `epoch`: one pass over the loader, repeated if steps asks for more.
+    A training set without one full batch is an error, not an endless loop of empty passes."""
     done = 0
     while done < steps:
         if sampler is not None:  # a new permutation per pass, the same on every rank
             sampler.set_epoch(epoch * 1000 + done)
+        passed = done
         for batch in loader:
             yield batch
             done += 1
             if done == steps:
                 return
+        if done == passed:
+            images = len(cast(Sized, loader.dataset))
+            raise DataError(
+                f"resnet50: the training set ({images} images) holds no full batch of "
+                f"{loader.batch_size} per process (resnet50.train.batch_size over the "
+                "processes): lower the batch size or prepare more images"
+            )
 
 
 def train(
