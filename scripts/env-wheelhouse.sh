@@ -96,8 +96,12 @@ if ls "$out" | grep -qiE '^(torch|tensorflow|tensorflow_cpu|nvidia_|triton)-'; t
     echo "env-wheelhouse: a framework wheel reached $out; it would replace the installed one" >&2
     exit 1
 fi
-# The node's own packages stay as they are (install.sh pins them): their wheels are left out.
-[ -z "${CONSTRAINTS:-}" ] || bash scripts/wheelhouse-prune.sh "$out" "$CONSTRAINTS"
+# PRUNE_HELD=1: CONSTRAINTS lists what the node holds, and install.sh pins it, so those wheels
+# are left out. Only then: a list of more than the node holds would leave needed wheels out.
+if [ -n "${PRUNE_HELD:-}" ]; then
+    [ -n "${CONSTRAINTS:-}" ] || { echo "env-wheelhouse: PRUNE_HELD needs CONSTRAINTS" >&2; exit 2; }
+    bash scripts/wheelhouse-prune.sh "$out" "$CONSTRAINTS"
+fi
 printf '%s\n' $top_level > "$out/requirements.txt"
 cp scripts/env-wheelhouse-install.sh "$out/install.sh"
 chmod +x "$out/install.sh"
