@@ -187,7 +187,8 @@ def test_a_folder_in_place_of_the_file_is_named(tmp_path: Path) -> None:
 def test_the_garbage_collector_is_back_on_after_reading(tmp_path: Path) -> None:
     """records() pauses the cyclic collector while it parses; it must come back on, after an
     error too, and stay off where the caller had turned it off. (The collector is turned on
-    first: this is about records(), and a test before it in the same process once left it off.)"""
+    first: this is about records(); traces.reader.loads_batch once left it off in the same
+    process.)"""
     gc.enable()
     _records(tmp_path, _content())
     assert gc.isenabled()

@@ -3,6 +3,7 @@ clear error naming the file, and where in it, for whatever is not a well-formed 
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import re
@@ -217,3 +218,16 @@ def test_an_odd_number_of_stray_quotes_in_a_gzip_trace(tmp_path: Path) -> None:
     with _names("odd.json.gz", "event #102", f"at byte {at}") as err:
         summarize_traces([packed])
     assert "unescaped" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "blob", [b'{"a": 1},{"b": 2}', b'{"a": NaN},{"b": 2}'], ids=["orjson", "json"]
+)
+def test_a_batch_decode_leaves_the_collector_as_it_found_it(blob: bytes) -> None:
+    """Off while the events are decoded, back on after: orjson's success returned with it
+    off (the structure read calls this outside the collector's own pause)."""
+    gc.enable()
+    second = blob.index(b',{"b"') + 1
+    events = reader.loads_batch(blob, [0, second], [second - 1, len(blob)], 0, 0)
+    assert [list(e) for e in events] == [["a"], ["b"]]
+    assert gc.isenabled()

@@ -250,9 +250,19 @@ def loads_batch(seg: bytes, starts: list[int], ends: list[int], base: int, first
     what orjson rejects but chrome traces may hold (NaN, Infinity) and names the culprit.
     """
     pieces = [seg[s:e] for s, e in zip(starts, ends, strict=True)]
+    batch = b"[" + b",".join(pieces) + b"]"
     was_enabled = gc.isenabled()
     gc.disable()  # thousands of fresh dicts would trigger useless collections
-    batch = b"[" + b",".join(pieces) + b"]"
+    try:
+        return _loads(batch, seg, starts, pieces, base, first)
+    finally:  # on every way out: orjson's return too
+        if was_enabled:
+            gc.enable()
+
+
+def _loads(
+    batch: bytes, seg: bytes, starts: list[int], pieces: list[bytes], base: int, first: int
+) -> list:
     try:
         return orjson.loads(batch)
     except orjson.JSONDecodeError:
@@ -267,9 +277,6 @@ def loads_batch(seg: bytes, starts: list[int], ends: list[int], base: int, first
                 number = first + locate.events_before(seg, start)
                 raise locate.invalid_event(piece, base + start, number, err) from None
         raise
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # --------------------------------------------------------------------------- files
