@@ -23,12 +23,12 @@ from torch.utils.data import DataLoader
 from accelpipe import cli
 from accelpipe.config.schema import validate
 from accelpipe.core.errors import ConfigError, DataError
-from accelpipe.datasets import brats
 from accelpipe.devices.torch_device import resolve
 from accelpipe.inputs.slices import SliceBatches
 from accelpipe.launch import lifeline
 from accelpipe.launch.torch_launch import DistContext, backend_for, init_from_env, launch_command
 from accelpipe.launch.workers import check_global_batch
+from tests.helpers.brats_data import tiny_prepared
 
 pytestmark = pytest.mark.torch
 
@@ -197,10 +197,7 @@ CASES = ["BRATS_001", "BRATS_002", "BRATS_003", "BRATS_004", "BRATS_005"]
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """TINY_CONFIG's data (tests/workflow/project.py): 5 cases of 32x32x16, 5 folds."""
-    root = tmp_path_factory.mktemp("distributed")
-    task = brats.synthesize(root / "raw", cases=5, shape=(32, 32, 16), seed=0)
-    return brats.prepare(task, root / "prep", patch_size=(32, 32), n_folds=5)
+    return tiny_prepared(tmp_path_factory.mktemp("distributed"))
 
 
 def _epoch(prepared: Path, world: int, rank: int, workers: int, augment: bool = False) -> list:

@@ -19,6 +19,7 @@ import pytest
 from accelpipe import cli
 from accelpipe.config.settings import TrainSlice
 from accelpipe.stages import train
+from tests.helpers.brats_data import tiny_prepared
 
 
 def test_worker_argv_is_the_train_stage_without_global_options() -> None:
@@ -181,12 +182,7 @@ DEADLINE_S = 300.0  # generous: the machine may be busy; nothing here is about s
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """TINY_CONFIG's data (tests/workflow/project.py): 5 cases of 32x32x16, 5 folds."""
-    from accelpipe.datasets import brats
-
-    root = tmp_path_factory.mktemp("brats")
-    task = brats.synthesize(root / "raw", cases=5, shape=(32, 32, 16), seed=0)
-    return brats.prepare(task, root / "prep", patch_size=(32, 32), n_folds=5)
+    return tiny_prepared(tmp_path_factory.mktemp("brats"))
 
 
 def _evaluating_config() -> dict:

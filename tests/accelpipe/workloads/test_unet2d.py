@@ -12,6 +12,7 @@ import pytest
 from accelpipe import cli
 from accelpipe.inputs.slices import SliceBatches
 from accelpipe.workloads.unet2d import workload as unet2d
+from tests.helpers.brats_data import tiny_prepared
 
 pytestmark = pytest.mark.torch
 
@@ -20,11 +21,7 @@ EPOCHS, STEPS = 3, 2
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from accelpipe.datasets import brats
-
-    root = tmp_path_factory.mktemp("brats")
-    task = brats.synthesize(root / "raw", cases=4, shape=(32, 32, 16), seed=0)
-    return brats.prepare(task, root / "prep", patch_size=(32, 32), n_folds=4)
+    return tiny_prepared(tmp_path_factory.mktemp("brats"))
 
 
 def _config() -> dict:
