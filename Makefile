@@ -88,22 +88,24 @@ test: venv
 	@$(TIMED) test-torch26 $(MAKE) test-torch26
 	@$(TIMED) "make test"
 
-# The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15.
+# The TensorFlow tests (modules marked `pytestmark = pytest.mark.tensorflow`) under TF 2.15,
+# less the long tests of accelpipe's own logic marked main_suite_only (the main suite runs them;
+# their framework calls are made by the shorter tests here too). The same for test-tf217/-torch26.
 TF_TESTS = $(shell grep -rl '^pytestmark = pytest.mark.tensorflow' tests)
 test-tf215: venv-tf215
 	$(VENV_TF215)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
-		--junitxml=$(REPORTS)/tf215.xml $(TF_TESTS)
+		-m 'not main_suite_only' --junitxml=$(REPORTS)/tf215.xml $(TF_TESTS)
 
 # The same tests under TF 2.17 / Python 3.10 (the rocm-tensorflow image's release).
 test-tf217: venv-tf217
 	$(VENV_TF217)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
-		--junitxml=$(REPORTS)/tf217.xml $(TF_TESTS)
+		-m 'not main_suite_only' --junitxml=$(REPORTS)/tf217.xml $(TF_TESTS)
 
 # The PyTorch tests (modules marked `pytestmark = pytest.mark.torch`) under torch 2.6 / Python 3.10.
 TORCH_TESTS = $(shell grep -rl --include='*.py' '^pytestmark = pytest.mark.torch' tests)
 test-torch26: venv-torch26
 	$(VENV_TORCH26)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
-		--junitxml=$(REPORTS)/torch26.xml $(TORCH_TESTS)
+		-m 'not main_suite_only' --junitxml=$(REPORTS)/torch26.xml $(TORCH_TESTS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -59,6 +59,7 @@ def test_defaults_are_the_backends_plan(monkeypatch: pytest.MonkeyPatch) -> None
     assert (result.size, result.repeats) == (48, 2)
 
 
+@pytest.mark.main_suite_only
 def test_a_probe_over_its_budget_halves_its_size_down_to_the_floor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

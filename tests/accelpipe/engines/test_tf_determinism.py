@@ -160,7 +160,9 @@ def test_the_shipped_and_tiny_configs_train_deterministically() -> None:
         assert stage_config.train(config, "ssd", "fp32")["train"]["deterministic"] is True
 
 
-@pytest.mark.parametrize("workload", ["ssd", "segmenter"])
+@pytest.mark.parametrize(
+    "workload", [pytest.param("ssd", marks=pytest.mark.main_suite_only), "segmenter"]
+)
 def test_two_fresh_runs_log_the_same_losses_and_score_the_same_metrics(
     workload: str, prepared: dict[str, Path], runs_root: Path
 ) -> None:
@@ -182,6 +184,7 @@ def test_two_fresh_runs_log_the_same_losses_and_score_the_same_metrics(
         assert (two / detections).read_bytes() == (one / detections).read_bytes()
 
 
+@pytest.mark.main_suite_only
 def test_a_resumed_ssd_run_continues_the_same_sequence(
     prepared: dict[str, Path], runs_root: Path
 ) -> None:
@@ -198,6 +201,7 @@ def test_a_resumed_ssd_run_continues_the_same_sequence(
     assert outcome["weights"] == first["weights"]
 
 
+@pytest.mark.main_suite_only
 def test_a_truncated_shard_stops_train_and_evaluate_with_one_line_naming_it(
     prepared: dict[str, Path], runs_root: Path, tmp_path: Path
 ) -> None:

@@ -114,6 +114,7 @@ else:  # the launcher, with this script as the workers' command instead of the C
 """
 
 
+@pytest.mark.main_suite_only
 def test_two_workers_stop_together_at_the_chiefs_evaluation(tmp_path: Path) -> None:
     """Every worker scores (the model's reads are collectives under MultiWorkerMirrored-
     Strategy), the chief logs, and both stop after epoch 1: none waits for the other."""

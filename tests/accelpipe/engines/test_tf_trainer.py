@@ -214,6 +214,7 @@ tf_run(cfg, Path(sys.argv[1]), lambda c, d: tf_toy.make_job(c, d, delay_s=delay)
 """
 
 
+@pytest.mark.main_suite_only
 def test_sigkill_mid_run_then_resume_loses_no_step_and_logs_none_twice(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'workflow'}{os.pathsep}{REPO}"}
     proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp_path), "0.3"], env=env)
@@ -359,6 +360,7 @@ def test_two_workers_train_like_one_process_on_the_same_global_batches(tmp_path:
     assert not list(two.glob(".checkpoints-worker*"))  # the other worker's scratch copy
 
 
+@pytest.mark.main_suite_only
 def test_the_chief_returns_only_after_every_worker_wrote_its_last_checkpoint(
     tmp_path: Path,
 ) -> None:
@@ -374,6 +376,7 @@ def test_the_chief_returns_only_after_every_worker_wrote_its_last_checkpoint(
     assert chief_returned >= float((out / "worker1_saved").read_text())
 
 
+@pytest.mark.main_suite_only
 def test_a_worker_failing_stops_the_launch_while_the_chief_waits_in_a_collective(
     tmp_path: Path,
 ) -> None:

@@ -524,6 +524,7 @@ def test_two_processes_follow_the_one_process_loss_trajectory(tmp_path: Path) ->
         assert logged == pytest.approx(expected, rel=RTOL, abs=1e-6)  # the log keeps 6 decimals
 
 
+@pytest.mark.main_suite_only
 def test_checkpoint_from_two_processes_resumes_in_one(tmp_path: Path) -> None:
     straight = _one_process(tmp_path / "straight")
     work = tmp_path / "work"
@@ -539,6 +540,7 @@ def test_checkpoint_from_two_processes_resumes_in_one(tmp_path: Path) -> None:
     assert _log_steps(work) == list(range(1, 2 * STEPS + 1))
 
 
+@pytest.mark.main_suite_only
 def test_checkpoint_from_one_process_resumes_in_two(tmp_path: Path) -> None:
     straight = _one_process(tmp_path / "straight")
     work = tmp_path / "work"

@@ -286,6 +286,7 @@ def test_unet2d_trains_on_two_processes_through_the_cli(prepared: Path, tmp_path
     assert "training on 2 processes" in log and "epoch 2/2" in log  # the ranks' output, relayed
 
 
+@pytest.mark.main_suite_only
 def test_failing_training_processes_fail_the_stage(tmp_path: Path) -> None:
     out = tmp_path / "train"
     proc = _accelpipe_train(tmp_path / "missing", out, _train_slice(devices=2))
@@ -338,6 +339,7 @@ def _poll(condition: Callable[[], object], what: str) -> object:
     return found
 
 
+@pytest.mark.main_suite_only
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc and prctl")
 def test_a_launcher_killed_outright_takes_its_ranks_and_leaves_no_output(
     prepared: Path, tmp_path: Path

@@ -157,6 +157,7 @@ def _pattern_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return image, labels
 
 
+@pytest.mark.main_suite_only
 def test_small_model_overfits_one_batch() -> None:
     torch.manual_seed(0)
     image, labels = _pattern_batch()
