@@ -4,6 +4,8 @@ TF 2.15, the tf-keras package of the same release from TF 2.16. Runs under TF 2.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from types import ModuleType
 
@@ -68,3 +70,19 @@ def test_missing_tf_keras_names_the_release_to_install(monkeypatch: pytest.Monke
     _fake_tf_keras(monkeypatch, None)
     with pytest.raises(BackendUnavailableError, match=r"'tf-keras==2\.17\.\*'"):
         keras2._keras2()
+
+
+def test_a_tensorflow_process_through_keras2_never_loads_keras_3() -> None:
+    """From TF 2.16 `import tensorflow` imports Keras 3 unless TF_USE_LEGACY_KERAS is set
+    first; keras2 sets it, so a stage process pays for one Keras (before: Keras 3 with pandas
+    and matplotlib, ~1.5 CPU-s more per process), and its tf.keras is the Keras 2 in use."""
+    check = (
+        "import os, sys\n"
+        "from accelpipe.core.keras2 import keras, tf, tf_version\n"
+        "if tf_version() >= (2, 16):\n"
+        "    assert os.environ['TF_USE_LEGACY_KERAS'] == '1'\n"
+        "    assert 'keras.src' not in sys.modules, 'Keras 3 was imported'\n"
+        "    assert tf.keras.layers.Dense is keras.layers.Dense\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    subprocess.run([sys.executable, "-c", check], env=env, check=True)

@@ -8,8 +8,18 @@ layers, optimizers, mixed-precision policies and checkpoints behave the same on 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+# From TF 2.16 `import tensorflow` also imports Keras 3 (and through it pandas and matplotlib),
+# ~1.5 CPU-s of every TensorFlow process, for a tf.keras this code never uses. Set before
+# TensorFlow's first import, this makes tf.keras tf_keras, the Keras 2 used here, and Keras 3
+# stays unloaded. Only where tf_keras is installed: TF 2.15 reads it too, and without tf_keras
+# its tf.keras would then fail to load. A user's explicit setting is kept.
+if importlib.util.find_spec("tf_keras") is not None:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf
 

@@ -21,8 +21,7 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-import tensorflow as tf
-
+from accelpipe.core.keras2 import tf
 from accelpipe.devices.doctor import FrameworkFacts, per_device
 from accelpipe.devices.frameworks import unsupported
 

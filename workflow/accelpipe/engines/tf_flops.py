@@ -50,12 +50,13 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from accelpipe.core.flops import FlopCount, flop_count
+from accelpipe.core.keras2 import tf  # before TensorFlow's first import (keras2's environment)
+
+# isort: split
 # Registers TensorFlow's per-op FLOP statistics (the profiler imports it for the same reason).
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.profiler.internal import flops_registry  # noqa: F401
-
-from accelpipe.core.flops import FlopCount, flop_count
-from accelpipe.core.keras2 import tf
 
 COUNTED_BY = (
     "TensorFlow's registered op FLOP statistics (as tf.compat.v1.profiler's float_operation) "
