@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -162,6 +163,9 @@ def test_two_worker_tensorflow_training_runs_under_srun(slurm_run: tuple[Project
     assert len(SUBMITTED.findall(log)) == 3, log  # raw, prepare, train
     stage = json.loads((project.root / "work/segmenter/ddp/train/stage.json").read_text())
     assert (stage["world_size"], stage["global_batch"], stage["steps"]) == (2, 4, 6)
+    with (project.root / "work/segmenter/ddp/train/train_log.csv").open() as f:
+        losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 6 and all(math.isfinite(v) and v > 0 for v in losses)
     train_log = (project.root / "logs/segmenter/ddp/train.log").read_text()
     assert "TensorFlow workers" in train_log or "through srun" in train_log, train_log
     assert "srun" in train_log, train_log
