@@ -77,12 +77,14 @@ def test_a_tensorflow_process_through_keras2_never_loads_keras_3() -> None:
     first; keras2 sets it, so a stage process pays for one Keras (before: Keras 3 with pandas
     and matplotlib, ~1.5 CPU-s more per process), and its tf.keras is the Keras 2 in use."""
     check = (
-        "import os, sys\n"
+        "import importlib.util, os, sys\n"
         "from accelpipe.core.keras2 import keras, tf, tf_version\n"
         "if tf_version() >= (2, 16):\n"
         "    assert os.environ['TF_USE_LEGACY_KERAS'] == '1'\n"
         "    assert 'keras.src' not in sys.modules, 'Keras 3 was imported'\n"
         "    assert tf.keras.layers.Dense is keras.layers.Dense\n"
+        "elif importlib.util.find_spec('tf_keras') is None:  # TF 2.15 alone: left unset\n"
+        "    assert 'TF_USE_LEGACY_KERAS' not in os.environ\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     subprocess.run([sys.executable, "-c", check], env=env, check=True)

@@ -21,7 +21,8 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-from accelpipe.core.keras2 import tf
+import tensorflow as tf
+
 from accelpipe.devices.doctor import FrameworkFacts, per_device
 from accelpipe.devices.frameworks import unsupported
 
