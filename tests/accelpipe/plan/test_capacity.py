@@ -29,8 +29,19 @@ def test_full_datasets_need_their_published_sizes() -> None:
     assert brats is not None and (brats.download, brats.prepared) == (7.1 * GB, 35 * GB)
     coco = capacity.disk_need("coco", block("coco", "coco"))
     assert coco is not None and coco.raw == 20.37 * GB + 20.9 * GB
-    linked = capacity.disk_need("nsclc", {"source": "path:/elsewhere"})
-    assert linked is not None and (linked.raw, linked.prepared) == (0, 29 * GB)
+
+
+def test_a_copy_read_in_place_needs_its_own_size_times_the_ratio(tmp_path: Path) -> None:
+    """A `path:` source of any size (a small MSD-style task here) is measured, not taken for
+    the full dataset: CI once refused a 3-case task for want of the full 35 GB."""
+    task = tmp_path / "Task01_Small"
+    (task / "imagesTr").mkdir(parents=True)
+    (task / "imagesTr" / "case.nii.gz").write_bytes(b"\0" * 1000)
+    linked = capacity.disk_need("brats", {"source": f"path:{task}"})
+    assert linked is not None and (linked.download, linked.extracted) == (0, 0)
+    assert linked.prepared == pytest.approx(1000 * 35 / 7.1, abs=1)
+    assert str(task) in linked.basis
+    assert capacity.disk_need("nsclc", {"source": "path:/nonexistent/elsewhere"}) is None
 
 
 def test_another_archive_than_the_official_one_has_no_figure() -> None:

@@ -72,9 +72,13 @@ def disk_need(dataset: str, block: dict[str, Any]) -> DiskNeed | None:
         scale = count * values / (real.items * real.item_values)
         extracted = math.ceil(real.extracted * scale)
         return DiskNeed(0, extracted, math.ceil(real.prepared * scale), "the synthetic counts")
-    basis = f"the full dataset's figures ({real.source})"
     if source.startswith("path:"):  # read where it is: only the prepared copy is written
-        return DiskNeed(0, 0, real.prepared, basis)
+        copy = Path(source.removeprefix("path:"))
+        if not copy.exists():  # the raw stage names the missing path
+            return None
+        prepared, basis = prepared_need(dataset, copy)
+        return DiskNeed(0, 0, prepared, basis)
+    basis = f"the full dataset's figures ({real.source})"
     settings = block[source if source in block else _settings_key(block)]
     if dataset == "imagenet":
         tars = [Path(settings[k]) for k in ("train_tar", "val_tar") if settings.get(k)]
@@ -176,7 +180,7 @@ def prepared_need(dataset: str, raw: Path) -> tuple[int, str]:
         for name in names
     )
     ratio = real.prepared / real.extracted
-    return math.ceil(made * ratio), f"the raw folder's {resources.gb(made)} x {ratio:.2g}"
+    return math.ceil(made * ratio), f"{resources.gb(made)} of raw data at {raw} x {ratio:.2g}"
 
 
 def prepare_disk_verdict(dataset: str, raw: Path, out: Path, free: int | None = None) -> str | None:
