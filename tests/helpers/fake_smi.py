@@ -10,6 +10,7 @@ driver does.
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,22 @@ from typing import Any
 
 H100 = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.54.15"
+
+
+VENDOR_TOOLS = frozenset({"nvidia-smi", "rocm-smi", "amd-smi", "hl-smi"})
+
+
+def path_without_vendor_tools(bin_dir: Path) -> str:
+    """A PATH of `bin_dir`, then the system's programs less the vendors' tools: on a GPU node
+    /usr/bin holds the real nvidia-smi, which a test of a missing tool must not find."""
+    system = bin_dir.parent / f"{bin_dir.name}-system"
+    system.mkdir(exist_ok=True)
+    for folder in ("/usr/bin", "/bin"):
+        for program in Path(folder).iterdir():
+            link = system / program.name
+            if program.name not in VENDOR_TOOLS and not link.is_symlink():
+                link.symlink_to(program)
+    return f"{bin_dir}{os.pathsep}{system}"
 
 
 def _executable(path: Path, script: str) -> Path:

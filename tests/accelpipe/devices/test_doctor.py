@@ -5,7 +5,6 @@ and JSON, and the whole doctor over stand-in tools on PATH."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +12,13 @@ import pytest
 
 from accelpipe.devices import doctor, smi
 from accelpipe.devices.doctor import OK, PROBLEM, SKIPPED, FrameworkFacts, Needs
-from tests.helpers.fake_smi import H100, app_row, gpu_row, install_nvidia_smi
+from tests.helpers.fake_smi import (
+    H100,
+    app_row,
+    gpu_row,
+    install_nvidia_smi,
+    path_without_vendor_tools,
+)
 
 OTHER_UID = 4242  # a user who is not us
 MIB_80G = 81559.0
@@ -387,7 +392,7 @@ def test_the_doctor_over_stand_in_tools_on_path(
 ) -> None:
     """doctor.run asks the tool on PATH, then the framework, and looks at /dev of `root`."""
     bin_dir = tmp_path / "bin"
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    monkeypatch.setenv("PATH", path_without_vendor_tools(bin_dir))
     install_nvidia_smi(bin_dir, [gpu_row(0), gpu_row(1)], [app_row(1, 999_999_999)])
     root = tmp_path / "root"
     _dev(root, "nvidiactl", "nvidia0", "nvidia1")

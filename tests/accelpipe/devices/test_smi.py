@@ -21,6 +21,7 @@ from tests.helpers.fake_smi import (
     install_amd_smi,
     install_nvidia_smi,
     install_rocm_smi,
+    path_without_vendor_tools,
     rocm_smi_output,
 )
 
@@ -32,7 +33,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder first on PATH, and nothing else of the vendors' on it."""
     folder = tmp_path / "bin"
     folder.mkdir()
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    monkeypatch.setenv("PATH", path_without_vendor_tools(folder))
     return folder
 
 

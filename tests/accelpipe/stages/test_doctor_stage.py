@@ -14,7 +14,13 @@ import torch
 from accelpipe.cli import main
 from accelpipe.config.runtime import RUNTIME_ENV
 from accelpipe.devices import doctor
-from tests.helpers.fake_smi import app_row, fake_gpu_torch, gpu_row, install_nvidia_smi
+from tests.helpers.fake_smi import (
+    app_row,
+    fake_gpu_torch,
+    gpu_row,
+    install_nvidia_smi,
+    path_without_vendor_tools,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -25,7 +31,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     may be one) and without the workflow's runtime or visibility variables."""
     folder = tmp_path / "bin"
     folder.mkdir()
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    monkeypatch.setenv("PATH", path_without_vendor_tools(folder))
     monkeypatch.setattr(doctor, "container", lambda environ=None, root=None: ("", ""))
     for name in (RUNTIME_ENV, "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
