@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from accelpipe import REPO
+from accelpipe.config.schema import validate
+from accelpipe.plan import preflight
 from accelpipe.stages import accelerator_check as check
 
 # the reference recipes' global batch sizes (the schema's train.batch_size defaults)
@@ -94,6 +96,19 @@ def test_a_check_on_the_figures_names_the_runs_it_could_not_cover() -> None:
         )
 
 
+def test_the_energy_check_names_the_runs_the_meter_did_not_read() -> None:
+    """As on the lent H200: the benchmark rows and one tiny run read energy, three tiny runs'
+    few milliseconds of measured steps did not."""
+    read = _run(1e9, 0.3, 5) | {"joules_per_1000_samples": 42.7, "energy_not_measured": None}
+    unread = _run(1e9, 0.3, 5) | {"energy_not_measured": "the meter read 0 J"}
+    tiny = check.Part("tiny-unet2d", "pass", "", figures={"fp32": unread, "bf16": read})
+    energy = check.derived_parts([tiny], "cuda")[2]
+    assert (energy.verdict, energy.figures) == ("pass", {"unet2d/fp32": None, "unet2d/bf16": 42.7})
+    assert energy.detail == (
+        "joules per 1,000 samples measured; not in unet2d/fp32 (the meter read 0 J)"
+    )
+
+
 def test_no_finished_run_skips_the_checks_on_its_figures() -> None:
     tiny = check.Part("tiny-unet2d", "timeout", "stopped", figures={"fp32": None, "bf16": None})
     derived = check.derived_parts([tiny], "cuda")
@@ -137,7 +152,14 @@ def test_the_benchmark_row_is_at_the_reference_batch_on_an_accelerator(
     assert {w: config[w]["benchmark"]["batch_sizes"] for w in batches} == {
         w: [b] for w, b in batches.items()
     }
-    assert all(config[w]["runs"]["bf16"] == {"precision": "bf16"} for w in batches)
+    assert all(config[w]["runs"]["bf16"] == {"precision": "bf16", "devices": 1} for w in batches)
+    # every run on one device: the tiny config's two-device runs made the preflight refuse
+    # the lent one-GPU H200 (2026-11-28), also those of a workload the check leaves out
+    assert preflight.needs(validate(config), "pytorch")["devices"] == 1
+    only_swinunetr = check.check_config(
+        argparse.Namespace(**{**vars(args), "workloads": ["swinunetr"]})
+    )
+    assert preflight.needs(validate(only_swinunetr), "pytorch")["devices"] == 1
     imagenet = config["datasets"]["imagenet"]["synthetic"]
     # the training set holds a full batch (resnet50 drops a partial one)
     assert imagenet["classes"] * imagenet["train_per_class"] == train_images
@@ -194,5 +216,6 @@ def test_the_check_runs_end_to_end_on_the_cpu_inside_its_budget(tmp_path: Path) 
     measured = any(v is not None for v in energy["figures"].values())
     assert energy["verdict"] == ("pass" if measured else "skipped"), energy
     page = (out / "accelerator-check.md").read_text()
+    assert "- models: the tiny config's (.test/config.yaml)" in page  # no speed claim
     for part in parts.values():
         assert f"| {part['name']} | {part['verdict']} |" in page
