@@ -74,8 +74,14 @@ def test_energy_is_the_sum_over_the_measured_steps(tmp_path: Path) -> None:
             [1.0, 1.0, 1.0, 1.0, 1.0, None, 1.0, 1.0],
             "no energy over the measured steps: a measured step of train_log.csv has no energy_j",
         ),
+        (
+            POWER,
+            [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            "no energy over the measured steps: the meter read 0 J in their 0.2 s, shorter "
+            "than its readings change; measure more steps",
+        ),
     ],
-    ids=["no-source", "source-failed", "devices-missed", "row-without-energy"],
+    ids=["no-source", "source-failed", "devices-missed", "row-without-energy", "zero-reading"],
 )
 def test_without_energy_every_figure_is_null_with_the_reason(
     tmp_path: Path, power: dict, energies: list, reason: str

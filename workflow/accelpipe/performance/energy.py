@@ -26,13 +26,22 @@ def energy(train: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
         else power.get("reason") or power.get("incomplete")
     )
     joules = stats.get("energy_j")
-    if reason is None and joules is None:
-        reason = stats["throughput"]["not_measured"] or (
-            f"a measured step of {LOG_FILE} has no energy_j"
-        )
-        reason = f"no energy over the measured steps: {reason}"
-    elif reason is not None:
+    if reason is not None:
         joules = process = None
+    elif joules is None:
+        why = (
+            stats["throughput"]["not_measured"] or f"a measured step of {LOG_FILE} has no energy_j"
+        )
+        reason = f"no energy over the measured steps: {why}"
+    elif joules == 0:
+        # A powered device never draws 0 J: the steps fell between two updates of its reading
+        # (an H200's few-millisecond tiny runs read 0 through NVML, 2026-11-28).
+        joules = None
+        reason = (
+            "no energy over the measured steps: the meter read 0 J in their "
+            f"{stats['throughput']['seconds']} s, shorter than its readings change; "
+            "measure more steps"
+        )
     samples, seconds = stats["throughput"]["samples"], stats["throughput"]["seconds"]
     window = Energy(joules, seconds, None, power.get("source"), power.get("method"), 0, None)
     return {
