@@ -9,8 +9,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
-# An earlier accelpipe is the one package this may replace.
+# An earlier accelpipe may be replaced, and the held packages that env-wheelhouse.sh found a
+# requirement excludes (replaces.txt: their wheels are here).
 "$python" -m pip list --format=freeze --exclude accelpipe > "$constraints"
+if [ -s "$here/replaces.txt" ]; then
+    while read -r name; do
+        # pip list's names may differ from the normalized ones in case and in '-', '_' and '.'
+        held=$(grep -iE "^$(printf '%s' "$name" | sed 's/-/[-_.]/g')==" "$constraints" || true)
+        [ -z "$held" ] || echo "install.sh: replacing $held: accelpipe's requirements exclude it"
+        grep -viE "^$(printf '%s' "$name" | sed 's/-/[-_.]/g')==" "$constraints" > "$constraints.kept" || true
+        mv "$constraints.kept" "$constraints"
+    done < "$here/replaces.txt"
+fi
 keras=""
 if ls "$here" | grep -q '^tf_keras-'; then
     # Keras 2 must be the release of the environment's TensorFlow (on 2.15 tf.keras is Keras 2).
@@ -19,6 +29,9 @@ if ls "$here" | grep -q '^tf_keras-'; then
 fi
 "$python" -m pip install --no-index --find-links "$here" --constraint "$constraints" \
     --requirement "$here/requirements.txt"
+# accelpipe's own wheel, even over an installed accelpipe of the same version number (a newer
+# checkout's wheel keeps the number; pip would call it satisfied and keep the old code).
+"$python" -m pip install --no-index --no-deps --force-reinstall "$here"/accelpipe-*.whl
 # tf-keras requires the `tensorflow` distribution by name, which tensorflow-cpu and vendor
 # builds (tensorflow-rocm, Habana's) are not: it goes in without its dependencies.
 [ -z "$keras" ] || "$python" -m pip install --no-index --find-links "$here" --no-deps "$keras"

@@ -40,27 +40,29 @@ esac
 # numpy >= 2.3 and matplotlib 3.11 have no Python 3.10 wheels (core-py310.txt's pins).
 core=requirements/core.txt
 [ "$python_version" = 3.10 ] && core=requirements/core-py310.txt
-workflow=()
+requirements=("$core" "$engine_requirements")
 top_level="accelpipe $engine"
 if [ "$python_version" != 3.10 ]; then  # Snakemake 9 needs Python >= 3.11
-    workflow=(-r requirements/workflow.txt)
+    requirements+=(requirements/workflow.txt)
     top_level="$top_level $(grep -o '^[A-Za-z0-9_.-]*' requirements/workflow.txt | tr '\n' ' ')"
 fi
 
 mkdir -p "$out"
 # With the node's packages as constraints, its versions replace our pins of the same packages.
-constraints=() pins=$(mktemp)
-trap 'rm -f "$pins"' EXIT
+constraints=() pins=$(mktemp) node=$(mktemp)
+trap 'rm -f "$pins" "$node"' EXIT
 normalize() { sed 's/[<>=!~ ;[].*//; s/[-_.]\+/-/g' | tr 'A-Z' 'a-z'; }
+: > "$out/replaces.txt"
 if [ -n "${CONSTRAINTS:-}" ]; then
-    constraints=(--constraint "$CONSTRAINTS")
-    held=$(grep -v '^\s*#' "$CONSTRAINTS" | normalize)
+    grep -v '^\s*#' "$CONSTRAINTS" > "$node"
+    constraints=(--constraint "$node")
+    held=$(normalize < "$node")
     while read -r line; do
         name=$(normalize <<<"$line")
         if grep -qxF -- "$name" <<<"$held"; then echo "$name"; else echo "$line"; fi
-    done < <(grep -hv '^\s*#' "$core" "$engine_requirements" | grep -v '^monai==' | grep .) > "$pins"
+    done < <(grep -hv '^\s*#' "${requirements[@]}" | grep -v '^monai==' | grep .) > "$pins"
 else
-    grep -hv '^monai==' "$core" "$engine_requirements" > "$pins"
+    grep -hv '^monai==' "${requirements[@]}" > "$pins"
 fi
 # Every manylinux tag the node's glibc accepts (default 2.35: Ubuntu 22.04, the vendor images'
 # base; some wheels, xprof's among them, exist for 2.27 only).
@@ -70,9 +72,26 @@ for minor in $(seq 17 "${GLIBC_MINOR:-35}"); do target+=(--platform "manylinux_2
 # monai's line in torch.txt is fetched again below without deps; here it would pull torch.
 # A dependency published only as an sdist (Snakemake's connection_pool) is built here into
 # a wheel, which must be pure Python to serve the target, and the download is tried again.
-for _ in 1 2 3 4 5 6 7 8; do
-    log=$("$python" -m pip download --quiet --dest "$out" --find-links "$out" "${target[@]}" \
-        "${constraints[@]}" -r "$pins" "${workflow[@]}" 2>&1) && break
+# A held version that a requirement excludes (the lent image's packaging 26 under Snakemake's
+# packaging < 26) is left out of the constraints and named in replaces.txt: install.sh lets pip
+# replace it. Never the framework or numpy.
+for _ in $(seq 16); do
+    log=$("$python" -m pip download --dest "$out" --find-links "$out" "${target[@]}" \
+        "${constraints[@]}" -r "$pins" 2>&1) && break
+    conflict=$(sed -n 's/^ *The user requested (constraint) \([^=<>!~ ]*\)==.*/\1/p' <<<"$log" \
+        | head -1)
+    if [ -n "$conflict" ]; then
+        name=$(normalize <<<"$conflict")
+        if grep -qE '^(torch|tensorflow.*|numpy|triton|jax|jaxlib|nvidia-.*|habana.*)$' <<<"$name"; then
+            echo "$log" >&2
+            echo "env-wheelhouse: the node's $conflict conflicts with accelpipe's requirements" >&2
+            exit 1
+        fi
+        echo "env-wheelhouse: the node's $(grep -i "^$conflict==" "$node") is excluded by a requirement; install.sh will replace it"
+        grep -iv "^$conflict==" "$node" > "$node.next" && mv "$node.next" "$node"
+        echo "$name" >> "$out/replaces.txt"
+        continue
+    fi
     sdist_only=$(sed -n 's/^ERROR: No matching distribution found for \([^ ]*\).*/\1/p' <<<"$log")
     [ -n "$sdist_only" ] || { echo "$log" >&2; exit 1; }
     "$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$sdist_only"
@@ -88,7 +107,7 @@ done
 # From a copy of what the package is made of, as the images do: setuptools' build/ folder in
 # the checkout would carry modules deleted since into the wheel.
 source=$(mktemp -d)
-trap 'rm -rf "$pins" "$source"' EXIT
+trap 'rm -rf "$pins" "$node" "$source"' EXIT
 cp -r pyproject.toml README.md workflow "$source/"
 "$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$source"
 # Nothing that could replace the environment's framework may lie in the wheelhouse.
@@ -100,7 +119,7 @@ fi
 # are left out. Only then: a list of more than the node holds would leave needed wheels out.
 if [ -n "${PRUNE_HELD:-}" ]; then
     [ -n "${CONSTRAINTS:-}" ] || { echo "env-wheelhouse: PRUNE_HELD needs CONSTRAINTS" >&2; exit 2; }
-    bash scripts/wheelhouse-prune.sh "$out" "$CONSTRAINTS"
+    bash scripts/wheelhouse-prune.sh "$out" "$node"
 fi
 printf '%s\n' $top_level > "$out/requirements.txt"
 cp scripts/env-wheelhouse-install.sh "$out/install.sh"
