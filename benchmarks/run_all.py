@@ -27,6 +27,7 @@ BENCHMARKS = (
     "bench_segmenter_input.py",
     "bench_segmenter_step.py",
     "bench_grid.py",
+    "bench_scale.py",
 )
 
 

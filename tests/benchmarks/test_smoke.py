@@ -34,6 +34,7 @@ HEADLINES: dict[str, tuple[str, set[str]]] = {
     "bench_segmenter_input.py": ("segmenter_input", {"input_batches_per_s", "step_per_s"}),
     "bench_segmenter_step.py": ("segmenter_step", {"step_ms", "ratio", "same_init"}),
     "bench_grid.py": ("grid", {"parallel_s", "sequential_s", "trials", "jobs"}),
+    "bench_scale.py": ("scale", {"full_size", "datasets", "workers"}),
 }
 
 
