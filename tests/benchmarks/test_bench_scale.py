@@ -56,3 +56,17 @@ def test_each_size_is_a_valid_synthetic_block_of_the_real_shape(
     # the default sizes make distinct counts near those asked, so a line can be fitted
     assert len(set(counts)) == len(counts) >= 2
     assert all(abs(c - n) <= n * 0.1 for c, n in zip(counts, scale.sizes, strict=True))
+
+
+def test_full_size_peak_is_never_below_what_was_measured(bench: ModuleType) -> None:
+    # a peak that does not grow with items: its fitted slope is noise, here pointing down
+    rows = [
+        {"items": n, "prepare_peak_rss_mb": rss, "prepare_peak_pss_mb": pss}
+        | {k: float(n) for k in bench.FITTED if "peak" not in k}
+        for n, rss, pss in ((10, 300.0, 500.0), (20, 299.0, 520.0), (30, 298.0, 540.0))
+    ]
+    items = [row["items"] for row in rows]
+    fits = {k: bench.fit(items, [row[k] for row in rows], full=1000) for k in bench.FITTED}
+    full = bench._full_size({"fit": fits, "sizes": rows})
+    assert full["prepare_peak_rss_mb"] == 300  # the fit says 201 at 1000 items
+    assert full["prepare_peak_pss_mb"] == 2480  # a peak that grows: the fit's
