@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import multiprocessing
 import os
 import random
@@ -40,6 +41,60 @@ def _fails_on_three(x: int) -> int:
     if x == 3:
         raise DataError("case 3: bad")
     return x
+
+
+class _Marked:
+    """A reference cycle (so only the garbage collector frees it) whose freeing writes the pid
+    of the process that freed it."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks, self.me = marks, self
+
+    def __del__(self) -> None:
+        with open(self.marks, "a") as out:
+            out.write(f"{os.getpid()}\n")
+
+
+def _collect(_: int) -> int:
+    gc.collect()
+    return os.getpid()
+
+
+def test_workers_never_collect_the_garbage_they_inherit(tmp_path) -> None:
+    """A forked worker that collected inherited garbage ran its destructors without this
+    process's threads: a TensorFlow iterator's waited forever (test_ade20k_tfrecord hung)."""
+    marks = tmp_path / "freed-by"
+    gc.disable()  # the cycle stays uncollected until the workers have been forked
+    try:
+        _Marked(str(marks))
+        workers = set(map_tasks(_collect, [0, 1, 2, 3], 2))
+    finally:
+        gc.enable()
+    gc.collect()
+    assert workers and os.getpid() not in workers
+    assert marks.read_text().split() == [str(os.getpid())]
+
+
+@pytest.mark.tensorflow
+def test_a_tensorflow_iterator_left_as_garbage_does_not_hang_the_workers() -> None:
+    """The case itself: a prefetching tf.data iterator in a reference cycle. Before gc.freeze,
+    a worker that collected it waited forever for the iterator's threads."""
+    tf = pytest.importorskip("tensorflow")
+
+    class Holder:
+        def __init__(self) -> None:
+            dataset = tf.data.Dataset.range(10**6).map(lambda x: x * 2, num_parallel_calls=2)
+            self.iterator = iter(dataset.prefetch(4))
+            next(self.iterator)
+            self.me = self
+
+    gc.disable()
+    try:
+        Holder()
+        workers = set(map_tasks(_collect, [0, 1, 2, 3], 2))
+    finally:
+        gc.enable()
+    assert workers and os.getpid() not in workers
 
 
 def test_map_tasks_in_order_when_asked() -> None:

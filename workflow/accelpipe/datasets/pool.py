@@ -13,6 +13,8 @@ waiting on anything for more than a few seconds.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing
 import multiprocessing.connection
 import queue
@@ -110,6 +112,20 @@ def map_batches(
     return results
 
 
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Forks inside this block give workers whose garbage collector never touches what this
+    process held (gc.freeze, as the gc docs advise before fork). A forked worker's collection
+    could otherwise destroy an inherited object whose destructor needs this process's
+    threads, which the worker lacks: a TensorFlow iterator's waited forever for its thread
+    pool (test_ade20k_tfrecord hung so), and another such death was a segfault."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()  # the workers keep their frozen copy; here collection goes on
+
+
 class _Pool:
     """A ProcessPoolExecutor whose workers are forked on creation, whose futures come out of
     `next_done` as they complete, and which leaving the `with` block stops, however it is left.
@@ -122,7 +138,8 @@ class _Pool:
         # A private attribute: no public handle on the workers before Python 3.14.
         self.processes: Mapping[int, BaseProcess] = self.executor._processes
         try:
-            self.executor.submit(int)  # with fork, the first submit starts every worker: now
+            with _frozen_heap():
+                self.executor.submit(int)  # with fork, the first submit starts every worker: now
         except BaseException:  # forking failed partway
             self.stop(now=True)
             raise
