@@ -208,7 +208,8 @@ def _bytes(folder: Path) -> int:
 
 
 def _one_size(dataset: str, items: int, shape: Sequence[int], workers: int, root: Path) -> dict:
-    """Make and prepare `dataset` at `items` items of `shape` under `root` (removed after)."""
+    """Make and prepare `dataset` at `items` items of `shape` under `root` (the caller
+    removes it)."""
     synthetic = SCALES[dataset].synthetic(items, shape)
     config = validate({"datasets": {dataset: {"source": "synthetic", "synthetic": synthetic}}})
     variant = _variant(dataset)
@@ -245,7 +246,6 @@ def _one_size(dataset: str, items: int, shape: Sequence[int], workers: int, root
         "downloads_mb": _bytes(downloads) / MB,
         "prepared_mb": _bytes(prepared) / MB,
     }
-    shutil.rmtree(root)
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
 
 

@@ -15,9 +15,10 @@ trap 'rm -f "$constraints"' EXIT
 if [ -s "$here/replaces.txt" ]; then
     while read -r name; do
         # pip list's names may differ from the normalized ones in case and in '-', '_' and '.'
-        held=$(grep -iE "^$(printf '%s' "$name" | sed 's/-/[-_.]/g')==" "$constraints" || true)
+        line="^$(printf '%s' "$name" | sed 's/-/[-_.]/g')=="
+        held=$(grep -iE "$line" "$constraints" || true)
         [ -z "$held" ] || echo "install.sh: replacing $held: accelpipe's requirements exclude it"
-        grep -viE "^$(printf '%s' "$name" | sed 's/-/[-_.]/g')==" "$constraints" > "$constraints.kept" || true
+        grep -viE "$line" "$constraints" > "$constraints.kept" || true
         mv "$constraints.kept" "$constraints"
     done < "$here/replaces.txt"
 fi

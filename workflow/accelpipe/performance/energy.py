@@ -39,7 +39,7 @@ def energy(train: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
         joules = None
         reason = (
             "no energy over the measured steps: the meter read 0 J in their "
-            f"{stats['throughput']['seconds']} s, shorter than its readings change; "
+            f"{stats['throughput']['seconds']:.3g} s, shorter than its readings change; "
             "measure more steps"
         )
     samples, seconds = stats["throughput"]["samples"], stats["throughput"]["seconds"]
