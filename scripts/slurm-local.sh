@@ -129,8 +129,9 @@ stop_daemon() { # pidfile
 	rm -f "$1"
 }
 
-wait_running() { # pidfile -> up to 5 s for the daemon to be up
-	for _ in $(seq 50); do
+wait_running() { # pidfile -> up to 30 s for the daemon to be up (slurmd can wait on a
+	# slurmctld that is still starting before it forks; 5 s was once too short here)
+	for _ in $(seq 300); do
 		running "$1" && return 0
 		sleep 0.1
 	done
@@ -166,8 +167,8 @@ cmd_start() {
 	running "$CTLD_PID" || slurmctld || fail_with_logs "slurmctld did not start"
 	running "$SLURMD_PID" || slurmd || fail_with_logs "slurmd did not start"
 	# The daemons fork before they write their pid files.
-	wait_running "$CTLD_PID" || fail_with_logs "slurmctld exited"
-	wait_running "$SLURMD_PID" || fail_with_logs "slurmd exited"
+	wait_running "$CTLD_PID" || fail_with_logs "slurmctld wrote no pid file within 30 s"
+	wait_running "$SLURMD_PID" || fail_with_logs "slurmd wrote no pid file within 30 s"
 	local state=
 	for _ in $(seq 300); do # up to 30 s; usually ~1 s
 		running "$CTLD_PID" || fail_with_logs "slurmctld exited"

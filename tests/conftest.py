@@ -9,17 +9,26 @@ Units are handed out longest first (the longest-processing-time rule), by the se
 took in a full run (tests/durations.json, `python scripts/test_durations.py`): a long unit
 started last would keep one process busy while the others idle. A unit the table does not
 know yet is taken as the longest, so a new file never ends up alone at the tail.
+
+The suite oversubscribes the CPU by design (three pytest processes on two cores, each running
+jobs with their own threads), so OpenMP's threads sleep at a barrier instead of spinning for a
+core another process is waiting for: with the default policy, a 2-thread torch training step
+here took 4-7x the CPU time (and longer, not shorter, than one thread) while other processes
+ran. Every process the tests start inherits it; a value already set is kept.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # work unit -> seconds it took in the last full run (scripts/test_durations.py writes it)
 DURATIONS = Path(__file__).with_name("durations.json")

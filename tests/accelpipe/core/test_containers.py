@@ -48,10 +48,12 @@ def test_never_privileged(backend: str) -> None:
 
 def test_environment_is_a_whitelist(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
     monkeypatch.setenv("MY_VAR", "1")
     env = containers.container_env()
     assert env["OMP_NUM_THREADS"] == "3" and env["HOME"] == "/tmp"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
     assert "AWS_SECRET_ACCESS_KEY" not in env and "MY_VAR" not in env
     assert containers.container_env(["MY_VAR"])["MY_VAR"] == "1"
 

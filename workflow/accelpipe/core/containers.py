@@ -35,6 +35,7 @@ ENV_WHITELIST = (
     "LANG",
     "LC_ALL",
     "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",
     "PYTHONHASHSEED",
     "TORCH_HOME",
     "HF_HUB_OFFLINE",
