@@ -2,7 +2,8 @@
 
 The floor is what prepare cannot avoid: gzip-decompressing every .nii.gz (images and labels)
 with the same number of worker processes. `ratio_to_floor` = floor_s / prepare_s (1.0 means
-prepare costs no more than decompression alone).
+prepare costs no more than decompression alone). `bound` says, for each side, whether it
+kept its workers' cores busy (`cpu`: only less work per case helps) or waited (benchmarks/bound.py).
 
     PYTHONPATH=workflow python benchmarks/bench_prepare.py --cases 16 --shape 128 128 64
 
@@ -20,12 +21,12 @@ import multiprocessing
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import bound  # sibling modules (sys.path[0] when run as a script)
 import nibabel as nib
 import numpy as np
-import smoke  # the sibling module (sys.path[0] when run as a script)
+import smoke
 
 from accelpipe.datasets import brats
 
@@ -49,17 +50,14 @@ def _decompressed_size(path: str) -> int:
         return len(f.read())
 
 
-def _floor(files: list[str], workers: int) -> tuple[float, int]:
-    """Seconds to gunzip all `files` on `workers` processes (same pool type as prepare)."""
-    start = time.perf_counter()
+def _floor(files: list[str], workers: int) -> int:
+    """Gunzip all `files` on `workers` processes (same pool type as prepare); the bytes."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
     if workers <= 1:
-        total = sum(map(_decompressed_size, files))
-    else:
-        with ctx.Pool(workers) as pool:
-            total = sum(pool.imap_unordered(_decompressed_size, files, chunksize=1))
-    return time.perf_counter() - start, total
+        return sum(map(_decompressed_size, files))
+    with ctx.Pool(workers) as pool:
+        return sum(pool.imap_unordered(_decompressed_size, files, chunksize=1))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -84,17 +82,20 @@ def main(argv: list[str] | None = None) -> dict:
                 _rewrite(image, args.variant)
         files = sorted(str(p) for p in task.rglob("*.nii.gz"))
         input_mb = sum(Path(f).stat().st_size for f in files) / 1e6
-        floor_s, raw_bytes, prepare_s = float("inf"), 0, float("inf")
+        best = {side: bound.Pass(wall_s=float("inf")) for side in ("floor", "prepare")}
         for i in range(args.repeats):  # interleaved so both sides see the same cache state
-            t, raw_bytes = _floor(files, args.workers)
-            floor_s = min(floor_s, t)
-            start = time.perf_counter()
-            brats.prepare(task, scratch / f"prep{i}", patch_size=args.patch, workers=args.workers)
-            prepare_s = min(prepare_s, time.perf_counter() - start)
+            with bound.timed() as floor:
+                raw_bytes = _floor(files, args.workers)
+            with bound.timed() as prep:
+                brats.prepare(
+                    task, scratch / f"prep{i}", patch_size=args.patch, workers=args.workers
+                )
             shutil.rmtree(scratch / f"prep{i}")
+            for side, measured in (("floor", floor), ("prepare", prep)):
+                best[side] = min(best[side], measured, key=lambda p: p.wall_s)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    raw_mb = raw_bytes / 1e6
+    raw_mb, floor_s, prepare_s = raw_bytes / 1e6, best["floor"].wall_s, best["prepare"].wall_s
     result = {
         "bench": "prepare",
         "smoke": args.smoke,
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cases_per_s": round(args.cases / prepare_s, 2),
         "mb_per_s": round(raw_mb / prepare_s, 1),
         "ratio_to_floor": round(floor_s / prepare_s, 3),
+        "bound": {side: bound.verdict(measured, args.workers) for side, measured in best.items()},
     }
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")

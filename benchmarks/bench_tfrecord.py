@@ -19,6 +19,10 @@ that writes the bytes it reads can do better. Where the disk reads about as fast
 (this VM: ~1 GB/s from an evicted file) writing is not free, and at a few thousand images
 that bound falls below 1 (0.8-0.9 here).
 
+`bound` gives each side's verdict (benchmarks/bound.py): `cpu` when it kept its workers' cores
+busy, so only less work per record helps, `waits` when it left them idle (the disk, the
+parent's serial part, a pool's start-up).
+
 Each side is timed twice per repeat: `cold`, reading from disk (every input file is dropped
 from the page cache first, posix_fadvise DONTNEED, as for a dataset larger than memory or
 freshly downloaded), and `warm`, from the page cache (a re-run on a small set). The floor of the
@@ -56,7 +60,8 @@ from math import inf
 from pathlib import Path
 from typing import Any
 
-import smoke  # the sibling module (sys.path[0] when run as a script)
+import bound  # sibling modules (sys.path[0] when run as a script)
+import smoke
 
 from accelpipe.datasets import ade20k, ade20k_layout, ade20k_tfrecord, coco, coco_tfrecord
 from accelpipe.datasets.ade20k_synthetic import synthesize as ade20k_synthesize
@@ -90,12 +95,12 @@ def _shard_pass(task: tuple[str | None, list[tuple[str, ...]]]) -> int:
     return total
 
 
-def _timed_pass(
+def _read_pass(
     files: dict[str, list[tuple[str, ...]]], shards: dict[str, int], workers: int, out: Path | None
-) -> tuple[float, int]:
-    """Seconds to read those files, one task per shard on `workers` processes (one pool for
-    all splits, as prepare's), and the bytes read: the floor; with `out`, each task also
-    writes its bytes to a file there: the copy."""
+) -> int:
+    """Read those files, one task per shard on `workers` processes (one pool for all splits,
+    as prepare's); the bytes read: the floor. With `out`, each task also writes its bytes to a
+    file there: the copy."""
     if out is not None:
         out.mkdir()
 
@@ -106,12 +111,10 @@ def _timed_pass(
                 (str(out / f"{split}-{i}") if out else None, items[i::count]) for i in range(count)
             ]
 
-    start = time.perf_counter()
     total = sum(map_batches(_shard_pass, batches(), workers))
-    elapsed = time.perf_counter() - start
     if out is not None:
         shutil.rmtree(out)
-    return elapsed, total
+    return total
 
 
 def _coco_items(raw: Path) -> dict[str, list[Any]]:
@@ -215,32 +218,32 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
         split: [tuple(item_files(i)) for i in split_items] for split, split_items in items.items()
     }
     inputs = [p for p in raw.rglob("*") if p.is_file()]
-    best = {c: {"floor_s": inf, "copy_s": inf, "prepare_s": inf} for c in CACHES}
+    sides = ("floor", "copy", "prepare")
+    best = {c: {side: bound.Pass(wall_s=inf) for side in sides} for c in CACHES}
     input_bytes, written = 0, {}
     for i in range(args.repeats):  # interleaved so both sides see the same machine state
         for cache in CACHES:
-            if cache == "cold":
-                _evict(inputs)
-            t, input_bytes = _timed_pass(files, shards, args.workers, None)
-            best[cache]["floor_s"] = min(best[cache]["floor_s"], t)
-            if cache == "cold":
-                _evict(inputs)
-            t, _ = _timed_pass(files, shards, args.workers, scratch / f"{dataset}-copy{i}")
-            best[cache]["copy_s"] = min(best[cache]["copy_s"], t)
-            if cache == "cold":
-                _evict(inputs)
-            start = time.perf_counter()
-            out = module.prepare(
-                raw,
-                scratch / f"{dataset}-prep{i}",
-                train_shards=args.train_shards,
-                val_shards=args.val_shards,
-                workers=args.workers,
-                **options,
-            )
-            best[cache]["prepare_s"] = min(best[cache]["prepare_s"], time.perf_counter() - start)
+            measured = {}
+            for side in sides:
+                if cache == "cold":
+                    _evict(inputs)
+                with bound.timed() as measured[side]:
+                    if side == "prepare":
+                        out = module.prepare(
+                            raw,
+                            scratch / f"{dataset}-prep{i}",
+                            train_shards=args.train_shards,
+                            val_shards=args.val_shards,
+                            workers=args.workers,
+                            **options,
+                        )
+                    else:
+                        copy_to = scratch / f"{dataset}-copy{i}" if side == "copy" else None
+                        input_bytes = _read_pass(files, shards, args.workers, copy_to)
             written = json.loads((out / "dataset.json").read_text())["splits"]
             shutil.rmtree(out)
+            for side in sides:
+                best[cache][side] = min(best[cache][side], measured[side], key=lambda p: p.wall_s)
     images = args.train + args.val
     return (
         {
@@ -253,13 +256,15 @@ def _measure(dataset: str, args: argparse.Namespace, scratch: Path) -> dict:
             **({"read_mb_per_s_limit": args.read_mb_per_s} if args.read_mb_per_s else {}),
             "input_mb": round(input_bytes / 1e6, 2),
         }
-        | {cache: _timings(best[cache], images, input_bytes) for cache in CACHES}
+        | {cache: _timings(best[cache], images, input_bytes, args.workers) for cache in CACHES}
         | {"one_process": _per_record_us(items["train"], encode, item_files)}
     )
 
 
-def _timings(best: dict[str, float], images: int, input_bytes: int) -> dict[str, float]:
-    floor_s, copy_s, prepare_s = best["floor_s"], best["copy_s"], best["prepare_s"]
+def _timings(
+    best: dict[str, bound.Pass], images: int, input_bytes: int, workers: int
+) -> dict[str, Any]:
+    floor_s, copy_s, prepare_s = (best[side].wall_s for side in ("floor", "copy", "prepare"))
     return {
         "floor_s": round(floor_s, 4),
         "copy_s": round(copy_s, 4),
@@ -268,6 +273,7 @@ def _timings(best: dict[str, float], images: int, input_bytes: int) -> dict[str,
         "images_per_s": round(images / prepare_s, 1),
         "mb_per_s": round(input_bytes / 1e6 / prepare_s, 1),
         "ratio_to_floor": round(floor_s / prepare_s, 3),
+        "bound": {side: bound.verdict(measured, workers) for side, measured in best.items()},
     }
 
 

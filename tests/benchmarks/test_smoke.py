@@ -21,7 +21,7 @@ BENCHMARKS = Path(run_all.__file__).resolve().parent
 
 # script -> (its "bench" name, the headline keys its JSON must hold)
 HEADLINES: dict[str, tuple[str, set[str]]] = {
-    "bench_prepare.py": ("prepare", {"floor_s", "prepare_s", "ratio_to_floor"}),
+    "bench_prepare.py": ("prepare", {"floor_s", "prepare_s", "ratio_to_floor", "bound"}),
     "bench_loader.py": ("loader_vs_train", {"loader_batches_per_s", "train_batches_per_s"}),
     "bench_trace_summary.py": ("trace_summary", {"mb_per_s", "peak_rss_mb", "events"}),
     "bench_dag.py": ("dag", {"dry_run_cv_s", "noop_rerun_cv_s", "startup_floor_s"}),

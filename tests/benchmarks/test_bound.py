@@ -1,0 +1,38 @@
+"""benchmarks/bound.py: the verdict on what bounds a pass, from its CPU and wall seconds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from benchmarks import bound
+
+
+@pytest.fixture
+def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bound.os, "sched_getaffinity", lambda _pid: {0, 1})
+
+
+@pytest.mark.usefixtures("two_cores")
+@pytest.mark.parametrize(
+    ("cpu_s", "workers", "busy", "usable", "verdict"),
+    [
+        (1.9, 2, 1.9, 2, "cpu"),  # both cores kept busy
+        (1.2, 2, 1.2, 2, "waits"),  # one core idle 40% of the time: the disk or a serial part
+        (0.95, 1, 0.95, 1, "cpu"),  # one worker can keep only one core busy
+        (1.9, 8, 1.9, 2, "cpu"),  # more workers than cores: the cores bound it
+    ],
+)
+def test_busy_cores_against_usable_ones(
+    cpu_s: float, workers: int, busy: float, usable: int, verdict: str
+) -> None:
+    result = bound.verdict(bound.Pass(wall_s=1.0, cpu_s=cpu_s), workers)
+    assert result == {"cpu_s": cpu_s, "cores_busy": busy, "cores_usable": usable, "bound": verdict}
+
+
+def test_a_pass_that_sleeps_waits() -> None:
+    with bound.timed() as measured:
+        time.sleep(0.2)
+    assert measured.wall_s >= 0.2 and measured.cpu_s < measured.wall_s / 2
+    assert bound.verdict(measured, 1)["bound"] == "waits"
