@@ -260,6 +260,17 @@ def train_mem_mb(wildcards):
     return capacity.train_mem_mb(config, wildcards.workload, wildcards.run)
 
 
+def raw_disk_mb(wildcards):
+    """disk_mb of a raw job: its download and extraction, from the dataset's figures
+    (accelpipe.plan.capacity, those its own disk check uses)."""
+    return capacity.data_disk_mb(config, wildcards.dataset, "raw")
+
+
+def prepare_disk_mb(wildcards):
+    """disk_mb of a prepare job: the prepared copy it writes, from the same figures."""
+    return capacity.data_disk_mb(config, wildcards.dataset, "prepare")
+
+
 def train_nodes(wildcards):
     """Nodes a train job spans; under Slurm one job task per node, from which the launch
     starts its srun step (torchrun per node, or one TensorFlow worker per device)."""

@@ -8,6 +8,8 @@ rule raw_dataset:
         "../envs/cpu.yaml"
     container:
         container_image
+    resources:
+        disk_mb=raw_disk_mb,
     params:
         framework=framework,
         code=code_for("raw"),
@@ -31,6 +33,8 @@ rule prepare_dataset:
     container:
         container_image
     threads: 4
+    resources:
+        disk_mb=prepare_disk_mb,
     params:
         framework=framework,
         code=code_for("prepare"),

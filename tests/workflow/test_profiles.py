@@ -16,11 +16,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 from snakemake.cli import get_argument_parser
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
+from accelpipe.config.schema import validate
+from accelpipe.plan import capacity
 from tests.workflow.project import Project, make_project
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,3 +221,7 @@ def test_workflow_dry_runs_through_the_profile(project: Project, name: str) -> N
             assert asked == {"gpu": None, "gres": None}, rule
     # train's own time and memory, not the profile's
     assert planned["train"]["runtime"] == "600" and planned["train"]["mem_mb"] == "8000"
+    # the data jobs' disk from the dataset's figures (the ones their own checks use)
+    config = validate(yaml.safe_load((project.root / "config.yaml").read_text()))
+    for rule, stage in (("raw_dataset", "raw"), ("prepare_dataset", "prepare")):
+        assert planned[rule]["disk_mb"] == str(capacity.data_disk_mb(config, "brats", stage))
