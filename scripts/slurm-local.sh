@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
-# A single-node Slurm on this machine, for the slurm-test profile and
-# tests/integration/test_slurm.py.
+# A Slurm on this machine, for the slurm-test profile and tests/integration/test_slurm*.py:
+# this host as node of partition `debug` (the default), and a cluster of two more nodes,
+# partition `two`, for training across a host boundary.
 #   scripts/slurm-local.sh start | stop | status
 # start: installs Debian's slurm-wlm and munge if missing, writes /etc/slurm/slurm.conf
-# (this host's real CPUs and memory, one partition `debug`, no accounting, no cgroups),
-# runs munged, slurmctld and slurmd as plain daemons (no systemd needed) and waits until
-# the node is idle. Running it again is harmless. Needs root (a CI VM or container).
+# (this host's real CPUs and memory, no accounting, no cgroups), runs munged, slurmctld and
+# slurmd as plain daemons (no systemd needed) and waits until the nodes are idle. Running it
+# again is harmless. Needs root (a CI VM or container with CAP_NET_ADMIN).
+# The two nodes ap-n1 and ap-n2 are slurmds in their own network and UTS namespaces: each has
+# its hostname and its address (10.77.0.11, .12, in /etc/hosts) on a bridge whose host side
+# (10.77.0.1) is where slurmctld answers; they share this machine's filesystem and munge, as
+# a cluster's nodes share theirs. Their jobs reach each other only through the bridge, and
+# nothing outside this machine. `stop` removes the namespaces, the bridge and the hosts lines.
 set -euo pipefail
 
 CONF=/etc/slurm/slurm.conf
 LOGDIR=/var/log/slurm
 CTLD_PID=/run/slurmctld.pid
-SLURMD_PID=/run/slurmd.pid
+SLURMD_PIDS=/run/slurmd-%n.pid # one per node (%n: its name)
+LEGACY_SLURMD_PID=/run/slurmd.pid # the single-node script's, stopped on a config change
 MUNGE_PID=/run/munge/munged.pid
 CLUSTER=accelpipe
 PARTITION=debug
+# The two-node cluster: names, addresses, the bridge and the host's address on it.
+PAIR_PARTITION=two
+PAIR_NODES=(ap-n1 ap-n2)
+PAIR_SUBNET=10.77.0
+BRIDGE=apbr0
+HOSTS_MARK="# slurm-local two-node cluster"
+
+pair_addr() { # node index (0, 1) -> its address
+	echo "$PAIR_SUBNET.$((11 + $1))"
+}
+
+slurmd_pid() { # node name -> its slurmd pid file
+	echo "${SLURMD_PIDS//%n/$1}"
+}
 
 die() {
 	echo "slurm-local: $*" >&2
@@ -27,7 +48,8 @@ running() { # pidfile -> is that process alive?
 
 install_packages() {
 	command -v slurmctld >/dev/null && command -v slurmd >/dev/null &&
-		command -v munged >/dev/null && command -v sinfo >/dev/null && return
+		command -v munged >/dev/null && command -v sinfo >/dev/null &&
+		command -v ip >/dev/null && return
 	[[ $(id -u) == 0 ]] || die "slurm-wlm/munge missing and not root: cannot install them"
 	export DEBIAN_FRONTEND=noninteractive
 	# policy-rc.d keeps the packages' init scripts from starting daemons we then fight with.
@@ -37,12 +59,12 @@ install_packages() {
 	fi
 	local log rc=0
 	log=$(mktemp)
-	{ apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
+	{ apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm munge iproute2; } \
 		>"$log" 2>&1 || rc=$?
 	[[ -n $created_policy ]] && rm -f "$policy"
 	if ((rc != 0)); then
 		cat "$log" >&2
-		die "installing slurm-wlm and munge failed"
+		die "installing slurm-wlm, munge and iproute2 failed"
 	fi
 	rm -f "$log"
 }
@@ -62,10 +84,10 @@ write_config() { # -> prints "changed" when slurm.conf was (re)written
 	mkdir -p /etc/slurm
 	tmp=$(mktemp)
 	cat >"$tmp" <<EOF
-# Written by scripts/slurm-local.sh: a single-node test cluster, not a production setup.
+# Written by scripts/slurm-local.sh: a test cluster on one machine, not a production setup.
 ClusterName=$CLUSTER
-# 127.0.0.1: works whether or not the hostname resolves (fresh VMs, containers).
-SlurmctldHost=$host(127.0.0.1)
+# The bridge's host side: the nodes in their namespaces reach it, and so does this host.
+SlurmctldHost=$host($PAIR_SUBNET.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -88,13 +110,16 @@ ReturnToService=2
 # scancel: SIGKILL 5 s after SIGTERM (default 30) keeps cancelled test jobs short.
 KillWait=5
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldPidFile=$CTLD_PID
-SlurmdPidFile=$SLURMD_PID
+SlurmdPidFile=$SLURMD_PIDS
 SlurmctldLogFile=$LOGDIR/slurmctld.log
-SlurmdLogFile=$LOGDIR/slurmd.log
+SlurmdLogFile=$LOGDIR/slurmd-%n.log
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN
+NodeName=${PAIR_NODES[0]} NodeAddr=$(pair_addr 0) CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN
+NodeName=${PAIR_NODES[1]} NodeAddr=$(pair_addr 1) CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN
 PartitionName=$PARTITION Nodes=$host Default=YES MaxTime=INFINITE State=UP
+PartitionName=$PAIR_PARTITION Nodes=${PAIR_NODES[0]},${PAIR_NODES[1]} Default=NO MaxTime=INFINITE State=UP
 EOF
 	if cmp -s "$tmp" "$CONF"; then
 		rm -f "$tmp"
@@ -138,13 +163,18 @@ wait_running() { # pidfile -> up to 30 s for the daemon to be up (slurmd can wai
 	return 1
 }
 
-node_state() {
-	sinfo -h -N -p "$PARTITION" -o %T 2>/dev/null | head -n1
+nodes() { # every node's name: this host's, then the pair's
+	echo "$(hostname -s)" "${PAIR_NODES[@]}"
+}
+
+node_states() { # "name state" per node
+	sinfo -h -N -o "%N %T" 2>/dev/null
 }
 
 fail_with_logs() {
 	echo "slurm-local: $*" >&2
-	for log in "$LOGDIR/slurmctld.log" "$LOGDIR/slurmd.log"; do
+	local log
+	for log in "$LOGDIR/slurmctld.log" "$LOGDIR"/slurmd-*.log; do
 		[[ -f $log ]] && {
 			echo "--- tail $log" >&2
 			tail -n 25 "$log" >&2
@@ -153,53 +183,131 @@ fail_with_logs() {
 	exit 1
 }
 
+start_network() { # the bridge, a namespace per pair node and their hosts lines (idempotent)
+	if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+		ip link add "$BRIDGE" type bridge
+		ip addr add "$PAIR_SUBNET.1/24" dev "$BRIDGE"
+	fi
+	ip link set "$BRIDGE" up
+	local i node addr
+	for i in "${!PAIR_NODES[@]}"; do
+		node=${PAIR_NODES[$i]} addr=$(pair_addr "$i")
+		if ! ip netns list | grep -qw "^$node"; then
+			ip netns add "$node"
+			ip link add "ve-$node" type veth peer name eth0 netns "$node"
+			ip link set "ve-$node" master "$BRIDGE" up
+			ip -n "$node" addr add "$addr/24" dev eth0
+			ip -n "$node" link set eth0 up
+			ip -n "$node" link set lo up
+		fi
+	done
+	if ! grep -q "$HOSTS_MARK" /etc/hosts; then
+		{
+			echo "$HOSTS_MARK"
+			for i in "${!PAIR_NODES[@]}"; do
+				echo "$(pair_addr "$i") ${PAIR_NODES[$i]}"
+			done
+		} >>/etc/hosts
+	fi
+}
+
+stop_network() {
+	local node
+	for node in "${PAIR_NODES[@]}"; do
+		ip netns del "$node" 2>/dev/null || true # takes its veth pair with it
+	done
+	ip link del "$BRIDGE" 2>/dev/null || true
+	# the mark and the lines after it; rewritten in place (/etc/hosts may be a bind mount)
+	local kept
+	kept=$(sed "/^$HOSTS_MARK\$/,+${#PAIR_NODES[@]}d" /etc/hosts)
+	printf '%s\n' "$kept" >/etc/hosts
+}
+
+start_slurmd() { # node name: this host's slurmd, or a pair node's in its namespaces
+	local node=$1
+	running "$(slurmd_pid "$node")" && return
+	install -d -m 0755 "/var/spool/slurmd/$node"
+	if [[ $node == "$(hostname -s)" ]]; then
+		slurmd -N "$node"
+	else # its own network and hostname: its jobs see a host named as the node. nsenter, not
+		# `ip netns exec`: that remounts /sys for the namespace, and slurmd then finds no cgroup fs
+		nsenter --net="/run/netns/$node" unshare --uts \
+			sh -c 'hostname "$1" && exec slurmd -N "$1"' _ "$node"
+	fi
+}
+
 cmd_start() {
 	[[ $(id -u) == 0 ]] || die "start needs root (it writes /etc/slurm and runs the daemons)"
 	install_packages
-	local changed
+	local changed node
+	start_network
 	changed=$(write_config)
 	install -d -m 0755 "$LOGDIR" /var/spool/slurmctld /var/spool/slurmd
 	start_munge
 	if [[ -n $changed ]]; then # a new config: restart whatever runs with the old one
-		stop_daemon "$SLURMD_PID"
+		stop_daemon "$LEGACY_SLURMD_PID"
+		for node in $(nodes); do
+			stop_daemon "$(slurmd_pid "$node")"
+		done
 		stop_daemon "$CTLD_PID"
 	fi
 	running "$CTLD_PID" || slurmctld || fail_with_logs "slurmctld did not start"
-	running "$SLURMD_PID" || slurmd || fail_with_logs "slurmd did not start"
+	for node in $(nodes); do
+		start_slurmd "$node" || fail_with_logs "slurmd of $node did not start"
+	done
 	# The daemons fork before they write their pid files.
 	wait_running "$CTLD_PID" || fail_with_logs "slurmctld wrote no pid file within 30 s"
-	wait_running "$SLURMD_PID" || fail_with_logs "slurmd wrote no pid file within 30 s"
-	local state=
+	for node in $(nodes); do
+		wait_running "$(slurmd_pid "$node")" ||
+			fail_with_logs "slurmd of $node wrote no pid file within 30 s"
+	done
+	local states idle
 	for _ in $(seq 300); do # up to 30 s; usually ~1 s
 		running "$CTLD_PID" || fail_with_logs "slurmctld exited"
-		running "$SLURMD_PID" || fail_with_logs "slurmd exited"
-		state=$(node_state)
-		case $state in
-		idle | mixed | allocated | completing) return 0 ;;
-		drained* | draining | down*)
-			# e.g. left down by a previous stop; ReturnToService=2 covers most cases
-			scontrol update nodename="$(hostname -s)" state=resume 2>/dev/null || true
-			;;
-		esac
+		for node in $(nodes); do
+			running "$(slurmd_pid "$node")" || fail_with_logs "slurmd of $node exited"
+		done
+		states=$(node_states) idle=0
+		while read -r node state; do
+			case $state in
+			idle | mixed | allocated | completing) idle=$((idle + 1)) ;;
+			drained* | draining | down*)
+				# e.g. left down by a previous stop; ReturnToService=2 covers most cases
+				scontrol update nodename="$node" state=resume 2>/dev/null || true
+				;;
+			esac
+		done <<<"$states"
+		((idle == $(nodes | wc -w))) && return 0
 		sleep 0.1
 	done
-	fail_with_logs "node not idle after 30 s (sinfo state: '${state:-none}')"
+	fail_with_logs "nodes not idle after 30 s (sinfo: $(tr '\n' ' ' <<<"$states"))"
 }
 
 cmd_stop() {
-	stop_daemon "$SLURMD_PID"
+	local node
+	for node in $(nodes); do
+		stop_daemon "$(slurmd_pid "$node")"
+	done
+	stop_daemon "$LEGACY_SLURMD_PID"
 	stop_daemon "$CTLD_PID"
 	stop_daemon "$MUNGE_PID"
+	stop_network
 }
 
 cmd_status() {
-	if running "$CTLD_PID" && running "$SLURMD_PID"; then
-		sinfo -N -o "%N %P %T %c %m"
-		[[ $(node_state) =~ ^(idle|mixed|allocated|completing)$ ]]
-	else
+	local node
+	running "$CTLD_PID" || {
 		echo "slurm-local: not running" >&2
 		return 1
-	fi
+	}
+	for node in $(nodes); do
+		running "$(slurmd_pid "$node")" || {
+			echo "slurm-local: slurmd of $node not running" >&2
+			return 1
+		}
+	done
+	sinfo -N -o "%N %P %T %c %m"
+	! node_states | grep -qvE ' (idle|mixed|allocated|completing)$'
 }
 
 case ${1:-} in

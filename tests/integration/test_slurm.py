@@ -1,6 +1,7 @@
 """The workflow on a real Slurm (scripts/slurm-local.sh start) through profiles/slurm-test:
-every job goes through sbatch, the results equal a local run's, and a training job
-cancelled with scancel is resubmitted and resumes from its last epoch checkpoint.
+every job goes through sbatch, the results equal a local run's, a training job cancelled
+with scancel is resubmitted and resumes from its last epoch checkpoint, and a training job
+spans the two nodes of the script's second partition as two processes on one machine would.
 
 Without a usable Slurm the tests skip, saying why, unless ACCELPIPE_REQUIRE_SLURM=1 (CI
 sets it): then they fail instead.
@@ -30,6 +31,8 @@ RULES = {"raw_dataset", "prepare_dataset", "train", "evaluate", "summarize_trace
 # What the plugin logs per submission; the Slurm log of each job is named by its id.
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+)")
 USABLE = {"idle", "mixed", "allocated", "completing"}
+# scripts/slurm-local.sh's second partition: two nodes, each in its own network namespace
+PAIR_PARTITION, PAIR_NODES = "two", ["ap-n1", "ap-n2"]
 
 
 def _slurm_problem() -> str | None:
@@ -169,3 +172,89 @@ def test_two_worker_tensorflow_training_runs_under_srun(slurm_run: tuple[Project
     train_log = (project.root / "logs/segmenter/ddp/train.log").read_text()
     assert "TensorFlow workers" in train_log or "through srun" in train_log, train_log
     assert "srun" in train_log, train_log
+
+
+def _pair_problem() -> str | None:
+    """Why scripts/slurm-local.sh's two-node partition cannot take a job, or None."""
+    proc = subprocess.run(
+        ["sinfo", "-h", "-N", "-p", PAIR_PARTITION, "-o", "%T"], capture_output=True, text=True
+    )
+    states = {state.rstrip("*~#$@+^-") for state in proc.stdout.split()}
+    if proc.returncode != 0 or len(proc.stdout.split()) < 2 or not states <= USABLE:
+        return f"no two usable nodes in partition {PAIR_PARTITION!r}: {proc.stdout.split()}"
+    return None
+
+
+def _job_hosts(job: str) -> list[str]:
+    """The nodes Slurm gave a job (squeue keeps a finished one for MinJobAge)."""
+    nodes = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job, "-o", "%N"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return subprocess.run(
+        ["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, check=True
+    ).stdout.split()
+
+
+def _losses(train_dir: Path) -> list[str]:
+    """The loss column of a train log, as written (bit for bit)."""
+    with (train_dir / "train_log.csv").open() as f:
+        return [row["loss"] for row in csv.DictReader(f)]
+
+
+def test_training_across_two_nodes_equals_two_processes_on_one(
+    slurm_run: tuple[Project, str], local_project: Project
+) -> None:
+    """unet2d with train.nodes: 2 (one gloo process per node) through the Slurm profile, on the
+    two nodes of scripts/slurm-local.sh (each its own network namespace and hostname): the
+    rendezvous and every all-reduce cross the bridge between them. Its losses equal, bit for
+    bit, those of the same global batch on two processes of one machine: the same ranks read
+    the same samples and a sum of two gradients does not depend on where they were made."""
+    if (problem := _pair_problem()) is not None:
+        if os.environ.get("ACCELPIPE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"ACCELPIPE_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(problem)
+    project, _ = slurm_run
+    work = "work/unet2d/fold4/train"
+    local_project.snakemake(work, "--config", 'unet2d={"train":{"devices":2,"batch_size":4}}')
+    proc = project.snakemake(
+        *("--profile", PROFILE, work, f"--set-resources=train:slurm_partition={PAIR_PARTITION}"),
+        *("--config", 'unet2d={"train":{"nodes":2,"batch_size":4}}'),
+    )
+    log = proc.stdout + proc.stderr
+    (job,) = SUBMITTED.findall(log)
+    assert _job_hosts(job) == PAIR_NODES, log
+    stage = json.loads((project.root / work / "stage.json").read_text())
+    assert (stage["world_size"], stage["global_batch"]) == (2, 4)
+    train_log = (project.root / "logs/unet2d/fold4/train.log").read_text()
+    assert "--nodes=2" in train_log and f"--rdzv-endpoint={PAIR_NODES[0]}:" in train_log
+    assert _losses(project.root / work) == _losses(local_project.root / work)
+
+
+def test_tensorflow_training_across_two_nodes_equals_two_workers_on_one(
+    slurm_run: tuple[Project, str], local_project: Project
+) -> None:
+    """The Segmenter's fp32 run with train.nodes: 2 (one TensorFlow worker per node, its
+    TF_CONFIG naming both hosts) through the Slurm profile on the two-node partition logs the
+    losses of its ddp run (fp32, two workers on one machine) over the same global batches."""
+    if (problem := _pair_problem()) is not None:
+        if os.environ.get("ACCELPIPE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"ACCELPIPE_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(problem)
+    project, _ = slurm_run
+    local_project.snakemake("work/segmenter/ddp/train")
+    work = "work/segmenter/fp32/train"
+    proc = project.snakemake(
+        *("--profile", PROFILE, work, f"--set-resources=train:slurm_partition={PAIR_PARTITION}"),
+        *("--config", 'segmenter={"train":{"nodes":2}}'),
+    )
+    log = proc.stdout + proc.stderr
+    assert _job_hosts(SUBMITTED.findall(log)[-1]) == PAIR_NODES, log  # raw, prepare, train
+    stage = json.loads((project.root / work / "stage.json").read_text())
+    assert (stage["world_size"], stage["global_batch"]) == (2, 4)
+    train_log = (project.root / "logs/segmenter/fp32/train.log").read_text()
+    assert "srun" in train_log and "--nodes=2" in train_log, train_log
+    baseline = local_project.root / "work/segmenter/ddp/train"
+    assert _losses(project.root / work) == _losses(baseline)

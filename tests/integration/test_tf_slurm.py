@@ -3,8 +3,8 @@
 The launcher runs inside a job step, as under Snakemake's Slurm executor; it starts its 2
 workers as the tasks of a new srun step on the one node, each task's TF_CONFIG derived from
 the step's variables. They must agree on the cluster, take the indexes of their Slurm ranks
-and, training the toy model of tests/helpers/tf_toy.py, end at one process's weights. Two
-nodes cannot be had here: the one-node step runs the same code a multi-node one does.
+and, training the toy model of tests/helpers/tf_toy.py, end at one process's weights. A step
+across two nodes runs through Snakemake in test_slurm.py, on slurm-local.sh's two-node partition.
 
 Without a usable Slurm the test skips, saying why, unless ACCELPIPE_REQUIRE_SLURM=1 (CI sets
 it): then it fails instead.

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from accelpipe.core.errors import AccelpipeError, ConfigError
-from accelpipe.launch.slurm import config_key, require_slurm, slurm_counts, srun_command
+from accelpipe.launch.slurm import (
+    config_key,
+    require_slurm,
+    slurm_counts,
+    srun_command,
+    srun_env,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,3 +51,14 @@ def test_slurm_counts_expand_and_a_bad_one_names_the_variable() -> None:
     assert slurm_counts("SLURM_JOB_CPUS_PER_NODE", "2(x3),1") == [2, 2, 2, 1]
     with pytest.raises(AccelpipeError, match=r"SLURM_JOB_CPUS_PER_NODE='2x3'"):
         slurm_counts("SLURM_JOB_CPUS_PER_NODE", "2x3")
+
+
+def test_the_launchers_srun_gets_the_jobs_identity_and_no_step_variable() -> None:
+    step = {
+        "SLURM_JOB_ID": "4242", "SLURM_CONF": "/etc/slurm/site.conf", "SLURM_NNODES": "1",
+        "SLURM_JOB_NODELIST": "gpu017", "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0",
+        "SRUN_CPUS_PER_TASK": "4", "SBATCH_PARTITION": "gpu", "PATH": "/usr/bin",
+    }  # fmt: skip
+    assert srun_env(step) == {
+        "SLURM_JOB_ID": "4242", "SLURM_CONF": "/etc/slurm/site.conf", "PATH": "/usr/bin",
+    }  # fmt: skip

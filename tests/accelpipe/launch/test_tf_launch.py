@@ -48,7 +48,8 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     scontrol = bin_dir / "scontrol"
     # expands the node lists these tests use, as the real one does
     scontrol.write_text(
-        '#!/bin/sh\ncase "$3" in\n'
+        '#!/bin/sh\n[ "$2" = job ] && echo "JobId=4242 NodeList=gpu[017-018] NumNodes=2" && exit\n'
+        'case "$3" in\n'
         '  "gpu[017-018]") printf "gpu017\\ngpu018\\n" ;;\n'
         '  "node[2,10]") printf "node2\\nnode10\\n" ;;\n'
         '  *) echo "scontrol: bad hostlist $3" >&2; exit 1 ;;\nesac\n'
@@ -83,6 +84,10 @@ def test_inside_a_job_step_the_step_overlaps_it_and_splits_the_cpus_of_a_job_tas
     job: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLURM_STEP_ID", "0")  # Snakemake's executor: `srun -n1 ...`
+    # ...whose variables are its one node's; the job's two come from the controller
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu017")
+    monkeypatch.setenv("SLURM_NNODES", "1")
+    monkeypatch.delenv("SLURM_JOB_NUM_NODES")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "16")  # the train job: threads CPUs per node
     cmd = slurm_command(4, 2, WORKER, "ssd.train.nodes")
     assert cmd[:5] == ["srun", "--ntasks-per-node=4", "--nodes=2", "--overlap", "--cpus-per-task=4"]

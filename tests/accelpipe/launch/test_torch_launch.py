@@ -121,7 +121,10 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol-args"
     bin_dir.mkdir()
     scontrol = bin_dir / "scontrol"
-    scontrol.write_text(f'#!/bin/sh\necho "$@" > {calls}\nprintf "gpu017\\ngpu018\\n"\n')
+    scontrol.write_text(
+        '#!/bin/sh\n[ "$2" = job ] && echo "JobId=4242 NodeList=gpu[017-018] NumNodes=2" && exit\n'
+        f'echo "$@" > {calls}\nprintf "gpu017\\ngpu018\\n"\n'
+    )
     scontrol.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
@@ -164,8 +167,14 @@ def test_slurm_launch_inside_a_job_step_overlaps_it(
     slurm: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLURM_STEP_ID", "0")  # e.g. Snakemake's executor: `srun -n1 ...`
+    # ...whose variables are its one node's (a second node's step would name only that one);
+    # the job's two nodes, and its first, come from the controller
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu018")
+    monkeypatch.setenv("SLURM_NNODES", "1")
+    monkeypatch.delenv("SLURM_JOB_NUM_NODES")
     cmd = launch_command(2, 2, ARGV, under_slurm=True, port=29511)
     assert cmd[:4] == ["srun", "--ntasks-per-node=1", "--nodes=2", "--overlap"]
+    assert "--rdzv-endpoint=gpu017:29511" in cmd
 
 
 def test_slurm_launch_without_a_port_picks_a_free_one(slurm: Path) -> None:

@@ -39,8 +39,8 @@ def srun_command(nodes: int, tasks_per_node: int, key: str) -> list[str]:
     (SLURM_CPUS_PER_TASK: the workflow's train job is one task per node with `threads` CPUs)
     are split over the node's tasks, and a node with fewer CPUs than tasks overcommits them.
     """
-    allocated = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
-    if allocated and int(allocated) < nodes:
+    allocated, _ = job_allocation()
+    if allocated is not None and allocated < nodes:
         raise ConfigError(
             f"config key '{key}': {nodes} nodes, but Slurm job "
             f"{os.environ.get('SLURM_JOB_ID')} has {allocated}"
@@ -100,9 +100,53 @@ def slurm_hostnames(nodelist: str) -> list[str]:
     return hosts
 
 
+def job_allocation() -> tuple[int | None, str | None]:
+    """This Slurm job's node count and node list (None: not given).
+
+    In the batch script (or an salloc shell) the SLURM_* variables are the job's. Inside a
+    job step they are the step's: Snakemake's Slurm executor runs every job in `srun -n1`,
+    whose variables name one node of a two-node job. There the controller is asked.
+    """
+    if "SLURM_STEP_ID" not in os.environ:
+        count = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
+        nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+        return (int(count) if count else None), nodelist
+    job = os.environ.get("SLURM_JOB_ID", "")
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "job", "--oneliner", job],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise AccelpipeError(f"scontrol show job {job} failed: {err}") from None
+    fields = dict(re.findall(r"(?:^|\s)(\w+)=(\S*)", out))
+    if "NumNodes" not in fields or fields.get("NodeList", "(null)") == "(null)":
+        raise AccelpipeError(f"scontrol show job {job} gave no node count and list: {out!r}")
+    return int(fields["NumNodes"].split("-")[0]), fields["NodeList"]
+
+
+# Variables that name the job, not the step: a new srun step started with only these takes
+# the job's whole allocation, as Snakemake's jobstep executor starts its own.
+_JOB_IDENTITY = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTER_NAME", "SLURM_SUBMIT_DIR",
+                 "SLURM_SUBMIT_HOST", "SLURM_CONF")  # fmt: skip
+
+
+def srun_env(environ: dict[str, str]) -> dict[str, str]:
+    """`environ` for the launcher's srun: the step-level SLURM_*, SRUN_* and SBATCH_* variables
+    out (inside a one-node step, srun would otherwise read them as its own options and squeeze
+    a two-node launch onto that node), the job's identity kept."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in _JOB_IDENTITY or not name.startswith(("SLURM_", "SRUN_", "SBATCH_"))
+    }
+
+
 def first_node() -> str:
-    """The first host of SLURM_JOB_NODELIST."""
-    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    """The first host of this job's allocation, where the launch's rendezvous listens."""
+    nodelist = job_allocation()[1]
     if not nodelist:
         raise AccelpipeError("Slurm job without SLURM_JOB_NODELIST: cannot find its first node")
     return slurm_hostnames(nodelist)[0]

@@ -64,6 +64,7 @@ from accelpipe.launch.slurm import (
     slurm_counts,
     slurm_hostnames,
     srun_command,
+    srun_env,
 )
 from accelpipe.launch.workers import launched_env, run_workers
 
@@ -190,7 +191,7 @@ def _launch_slurm(cfg: TrainSettings, cmd: list[str], share: str, key: str) -> N
     }
     workers = f"{cfg.devices * cfg.nodes} TensorFlow workers ({cfg.devices} per node)"
     log.info("training on %s through srun: %s", workers, shlex.join(srun))
-    code = run_workers(srun, env)
+    code = run_workers(srun, srun_env(env))
     if code:
         raise SystemExit(code)
 
