@@ -19,6 +19,7 @@ from accelpipe.plan import (
     targets,
 )
 from accelpipe.config import registry
+from accelpipe.launch import slurm
 from accelpipe.core import provenance
 from accelpipe.core.codegraph import code_key, stage_code
 from accelpipe.compare.runs import AGGREGATES, finished_runs, run_files, run_of
@@ -277,6 +278,19 @@ def train_nodes(wildcards):
     return run_train(wildcards)["nodes"]
 
 
+def nodes_that_fit(wildcards):
+    """More nodes than the largest partition of the Slurm cluster here holds stop the plan,
+    naming the workload's key (sbatch would refuse the job without naming it). Called from
+    the train job's params, which Snakemake evaluates while it plans; no Slurm, no check."""
+    nodes = run_train(wildcards)["nodes"]
+    largest = slurm.largest_partition() if nodes > 1 else None
+    if largest is not None and nodes > largest:
+        raise WorkflowError(
+            f"config key '{wildcards.workload}.train.nodes': {nodes} nodes, but the largest "
+            f"partition of this Slurm cluster has {largest}"
+        )
+
+
 def evaluate_accelerators(wildcards):
     """Evaluation runs in one process on one accelerator."""
     return 0 if config["backend"] == "cpu" else 1
@@ -318,6 +332,7 @@ def prepare_config(wildcards):
 
 
 def train_config(wildcards):
+    nodes_that_fit(wildcards)
     return stage_json(stage_config.train, wildcards.workload, wildcards.run)
 
 

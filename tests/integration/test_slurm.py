@@ -258,3 +258,24 @@ def test_tensorflow_training_across_two_nodes_equals_two_workers_on_one(
     assert "srun" in train_log and "--nodes=2" in train_log, train_log
     baseline = local_project.root / "work/segmenter/ddp/train"
     assert _losses(project.root / work) == _losses(baseline)
+
+
+@pytest.mark.parametrize("workload", ["unet2d", "segmenter"])
+def test_more_nodes_than_any_partition_is_refused_before_any_job(
+    slurm, tmp_path: Path, workload: str
+) -> None:
+    """train.nodes: 3 where the largest partition has 2 (slurm-local.sh's `two`): Snakemake
+    stops while it plans, in one line naming the key of the workload that asked, and submits
+    nothing (sbatch would refuse the job without naming the key)."""
+    project = make_project(tmp_path)
+    target = "work/unet2d/fold2/train" if workload == "unet2d" else "work/segmenter/fp32/train"
+    proc = project.snakemake(
+        *("--profile", PROFILE, target, "--config", f'{workload}={{"train":{{"nodes":3}}}}'),
+        check=False,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and not SUBMITTED.findall(log), log
+    assert (
+        f"config key '{workload}.train.nodes': 3 nodes, but the largest partition of this "
+        "Slurm cluster has 2"
+    ) in log, log

@@ -150,3 +150,20 @@ def first_node() -> str:
     if not nodelist:
         raise AccelpipeError("Slurm job without SLURM_JOB_NODELIST: cannot find its first node")
     return slurm_hostnames(nodelist)[0]
+
+
+def largest_partition() -> int | None:
+    """Nodes in this Slurm cluster's largest partition (sinfo); None where sinfo cannot say.
+    A job asking more nodes fits no partition: sbatch would refuse it without naming the
+    config key that asked."""
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-o", "%R %D"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    per_partition: dict[str, int] = {}
+    for line in out.splitlines():  # a line per partition and node state
+        name, count = line.split()
+        per_partition[name] = per_partition.get(name, 0) + int(count)
+    return max(per_partition.values(), default=None)
