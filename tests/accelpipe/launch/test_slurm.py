@@ -3,11 +3,15 @@ CPUs per task, and Slurm's per-node counts."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.launch.slurm import (
     config_key,
+    largest_partition,
     require_slurm,
     slurm_counts,
     srun_command,
@@ -62,3 +66,16 @@ def test_the_launchers_srun_gets_the_jobs_identity_and_no_step_variable() -> Non
     assert srun_env(step) == {
         "SLURM_JOB_ID": "4242", "SLURM_CONF": "/etc/slurm/site.conf", "PATH": "/usr/bin",
     }  # fmt: skip
+
+
+def test_the_largest_partition_counts_its_nodes_in_every_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sinfo -o "%R %D": a line per partition and node state
+    sinfo = tmp_path / "sinfo"
+    sinfo.write_text('#!/bin/sh\nprintf "debug 1\\ntwo 1\\ntwo 1\\ngpu 1\\n"\n')
+    sinfo.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert largest_partition() == 2
+    sinfo.write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact' >&2; exit 1\n")
+    assert largest_partition() is None  # no answer: no check
