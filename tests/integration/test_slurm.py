@@ -174,15 +174,19 @@ def test_two_worker_tensorflow_training_runs_under_srun(slurm_run: tuple[Project
     assert "srun" in train_log, train_log
 
 
-def _pair_problem() -> str | None:
-    """Why scripts/slurm-local.sh's two-node partition cannot take a job, or None."""
+@pytest.fixture(scope="module")
+def pair(slurm) -> None:
+    """scripts/slurm-local.sh's two-node partition, able to take a job (else skip, or fail
+    under ACCELPIPE_REQUIRE_SLURM=1)."""
     proc = subprocess.run(
         ["sinfo", "-h", "-N", "-p", PAIR_PARTITION, "-o", "%T"], capture_output=True, text=True
     )
     states = {state.rstrip("*~#$@+^-") for state in proc.stdout.split()}
     if proc.returncode != 0 or len(proc.stdout.split()) < 2 or not states <= USABLE:
-        return f"no two usable nodes in partition {PAIR_PARTITION!r}: {proc.stdout.split()}"
-    return None
+        problem = f"no two usable nodes in partition {PAIR_PARTITION!r}: {proc.stdout.split()}"
+        if os.environ.get("ACCELPIPE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"ACCELPIPE_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(problem)
 
 
 def _job_hosts(job: str) -> list[str]:
@@ -205,17 +209,13 @@ def _losses(train_dir: Path) -> list[str]:
 
 
 def test_training_across_two_nodes_equals_two_processes_on_one(
-    slurm_run: tuple[Project, str], local_project: Project
+    pair, slurm_run: tuple[Project, str], local_project: Project
 ) -> None:
     """unet2d with train.nodes: 2 (one gloo process per node) through the Slurm profile, on the
     two nodes of scripts/slurm-local.sh (each its own network namespace and hostname): the
     rendezvous and every all-reduce cross the bridge between them. Its losses equal, bit for
     bit, those of the same global batch on two processes of one machine: the same ranks read
     the same samples and a sum of two gradients does not depend on where they were made."""
-    if (problem := _pair_problem()) is not None:
-        if os.environ.get("ACCELPIPE_REQUIRE_SLURM") == "1":
-            pytest.fail(f"ACCELPIPE_REQUIRE_SLURM=1 but {problem}")
-        pytest.skip(problem)
     project, _ = slurm_run
     work = "work/unet2d/fold4/train"
     local_project.snakemake(work, "--config", 'unet2d={"train":{"devices":2,"batch_size":4}}')
@@ -234,15 +234,11 @@ def test_training_across_two_nodes_equals_two_processes_on_one(
 
 
 def test_tensorflow_training_across_two_nodes_equals_two_workers_on_one(
-    slurm_run: tuple[Project, str], local_project: Project
+    pair, slurm_run: tuple[Project, str], local_project: Project
 ) -> None:
     """The Segmenter's fp32 run with train.nodes: 2 (one TensorFlow worker per node, its
     TF_CONFIG naming both hosts) through the Slurm profile on the two-node partition logs the
     losses of its ddp run (fp32, two workers on one machine) over the same global batches."""
-    if (problem := _pair_problem()) is not None:
-        if os.environ.get("ACCELPIPE_REQUIRE_SLURM") == "1":
-            pytest.fail(f"ACCELPIPE_REQUIRE_SLURM=1 but {problem}")
-        pytest.skip(problem)
     project, _ = slurm_run
     local_project.snakemake("work/segmenter/ddp/train")
     work = "work/segmenter/fp32/train"
@@ -262,7 +258,7 @@ def test_tensorflow_training_across_two_nodes_equals_two_workers_on_one(
 
 @pytest.mark.parametrize("workload", ["unet2d", "segmenter"])
 def test_more_nodes_than_any_partition_is_refused_before_any_job(
-    slurm, tmp_path: Path, workload: str
+    pair, tmp_path: Path, workload: str
 ) -> None:
     """train.nodes: 3 where the largest partition has 2 (slurm-local.sh's `two`): Snakemake
     stops while it plans, in one line naming the key of the workload that asked, and submits

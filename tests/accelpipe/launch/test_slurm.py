@@ -76,6 +76,9 @@ def test_the_largest_partition_counts_its_nodes_in_every_state(
     sinfo.write_text('#!/bin/sh\nprintf "debug 1\\ntwo 1\\ntwo 1\\ngpu 1\\n"\n')
     sinfo.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    largest_partition.cache_clear()
     assert largest_partition() == 2
+    largest_partition.cache_clear()  # asked once per process
     sinfo.write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact' >&2; exit 1\n")
     assert largest_partition() is None  # no answer: no check
+    largest_partition.cache_clear()

@@ -8,6 +8,7 @@ A refusal names the config key of the workload whose launch asked (`config_key`)
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -152,15 +153,17 @@ def first_node() -> str:
     return slurm_hostnames(nodelist)[0]
 
 
+@functools.cache
 def largest_partition() -> int | None:
     """Nodes in this Slurm cluster's largest partition (sinfo); None where sinfo cannot say.
     A job asking more nodes fits no partition: sbatch would refuse it without naming the
-    config key that asked."""
+    config key that asked. Asked once per process: Snakemake plans every train job with it.
+    Bounded: sinfo retries an unreachable controller for its MessageTimeout."""
     try:
         out = subprocess.run(
-            ["sinfo", "-h", "-o", "%R %D"], capture_output=True, text=True, check=True
+            ["sinfo", "-h", "-o", "%R %D"], capture_output=True, text=True, check=True, timeout=60
         ).stdout
-    except (OSError, subprocess.CalledProcessError):
+    except (OSError, subprocess.SubprocessError):
         return None
     per_partition: dict[str, int] = {}
     for line in out.splitlines():  # a line per partition and node state
