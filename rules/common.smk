@@ -281,7 +281,8 @@ def train_nodes(wildcards):
 def nodes_that_fit(wildcards):
     """More nodes than the largest partition of the Slurm cluster here holds stop the plan,
     naming the workload's key (sbatch would refuse the job without naming it). Called from
-    the train job's params, which Snakemake evaluates while it plans; no Slurm, no check."""
+    the train job's params, which Snakemake evaluates while it plans; no Slurm, no check.
+    """
     nodes = run_train(wildcards)["nodes"]
     largest = slurm.largest_partition() if nodes > 1 else None
     if largest is not None and nodes > largest:
