@@ -1,7 +1,8 @@
 """The workflow on a real Slurm (scripts/slurm-local.sh start) through profiles/slurm-test:
 every job goes through sbatch, the results equal a local run's, a training job cancelled
-with scancel is resubmitted and resumes from its last epoch checkpoint, and a training job
-spans the two nodes of the script's second partition as two processes on one machine would.
+with scancel is resubmitted and resumes from its last epoch checkpoint, a training job
+spans the two nodes of the script's second partition as two processes on one machine would,
+and one that loses a node fails naming it, then resumes.
 
 Without a usable Slurm the tests skip, saying why, unless ACCELPIPE_REQUIRE_SLURM=1 (CI
 sets it): then they fail instead.
@@ -16,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -275,3 +277,79 @@ def test_more_nodes_than_any_partition_is_refused_before_any_job(
         f"config key '{workload}.train.nodes': 3 nodes, but the largest partition of this "
         "Slurm cluster has 2"
     ) in log, log
+
+
+def _ranks(run: str) -> list[str]:
+    """The command lines of this machine's processes running the train stage of `run`: the
+    launcher and, under torchrun, its ranks (the two nodes' namespaces share its processes)."""
+    marker = f"\0--run\0{run}\0".encode()
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            raw = cmdline.read_bytes()
+        except OSError:
+            continue
+        if marker in raw:
+            found.append(raw.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def _ended(job: str) -> tuple[str, str] | None:
+    """The job's state and exit code once its batch script has ended (COMPLETING while a node
+    has not confirmed its end); polled once a second: scontrol asks slurmctld."""
+    time.sleep(1)
+    out = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, check=True
+    ).stdout
+    fields = dict(re.findall(r"(?:^|\s)(\w+)=(\S*)", out))
+    if fields["JobState"] in ("PENDING", "CONFIGURING", "RUNNING"):
+        return None
+    return fields["JobState"], fields["ExitCode"]
+
+
+def test_a_node_lost_mid_training_fails_the_job_naming_it_and_the_retry_resumes(
+    pair, slurm_run: tuple[Project, str]
+) -> None:
+    """unet2d across the two nodes; after its first checkpoint ap-n2 is lost: every process in
+    its namespaces is SIGKILLed (its slurmd, step daemon, torchrun and rank), as a crash
+    would. The job fails with one line naming ap-n2 (srun alone would wait for the node until
+    Slurm declares it down, SlurmdTimeout: 5 minutes); no process of the run is left on either
+    node once the job has ended, so the launcher, and any lease it held, outlived its ranks;
+    with ap-n2 back, Snakemake's retry resumes from the checkpoint and no step is lost."""
+    project, _ = slurm_run
+    work = project.root / "work/unet2d/fold2"
+    # 300 steps: ~20 s here, so the loss lands well before the end
+    longer = 'unet2d={"train":{"nodes":2,"batch_size":4,"epochs":100,"steps_per_epoch":3}}'
+    job = project.start_snakemake(
+        *("--profile", PROFILE, "work/unet2d/fold2/train"),
+        *(f"--set-resources=train:slurm_partition={PAIR_PARTITION}", "--config", longer),
+    )
+    try:
+        lost = project.wait_for(lambda: _train_job(project, "fold2"), job)
+        project.wait_for(lambda: next(work.glob(".train-partial-*/checkpoint.pt"), None), job)
+        netns = subprocess.run(
+            ["ip", "netns", "pids", PAIR_NODES[1]], capture_output=True, text=True, check=True
+        )
+        subprocess.run(["kill", "-9", *netns.stdout.split()], check=True)
+        ended = project.wait_for(lambda: _ended(lost), job)
+        left = _ranks("fold2")
+        subprocess.run(["bash", str(REPO / "scripts/slurm-local.sh"), "start"], check=True)
+        log, _ = job.communicate()
+    finally:
+        project.kill(job)
+        subprocess.run(["bash", str(REPO / "scripts/slurm-local.sh"), "start"], check=False)
+    assert ended[0] in ("FAILED", "COMPLETING") and ended[1] != "0:0", ended
+    assert not left, left
+    assert job.returncode == 0, log
+    submitted = SUBMITTED.findall(log)
+    assert len(submitted) == 2 and submitted[0] == lost, log  # retried once
+    lost_log = next((project.root / ".snakemake/slurm_logs").glob(f"rule_train/*/{lost}.log"))
+    named = [line for line in lost_log.read_text().splitlines() if "lost node" in line]
+    assert len(named) == 1 and f"lost node {PAIR_NODES[1]} " in named[0], lost_log.read_text()
+
+    stage = json.loads((work / "train/stage.json").read_text())
+    assert stage["world_size"] == 2 and stage["resumed_from_step"] % 3 == 0
+    assert stage["resumed_from_step"] > 0
+    with (work / "train/train_log.csv").open() as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f)]
+    assert steps == list(range(1, 301))  # no step lost or logged twice across the loss

@@ -72,9 +72,9 @@ def test_the_step_is_devices_tasks_per_node_block_distributed_through_the_wrappe
         "srun",
         "--ntasks-per-node=4",
         "--nodes=2",
+        "--kill-on-bad-exit=1",
         "--ntasks=8",
         "--distribution=block",
-        "--kill-on-bad-exit=1",
         *WRAPPER,
         *WORKER,
     ]
@@ -90,7 +90,8 @@ def test_inside_a_job_step_the_step_overlaps_it_and_splits_the_cpus_of_a_job_tas
     monkeypatch.delenv("SLURM_JOB_NUM_NODES")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "16")  # the train job: threads CPUs per node
     cmd = slurm_command(4, 2, WORKER, "ssd.train.nodes")
-    assert cmd[:5] == ["srun", "--ntasks-per-node=4", "--nodes=2", "--overlap", "--cpus-per-task=4"]
+    assert cmd[:4] == ["srun", "--ntasks-per-node=4", "--nodes=2", "--kill-on-bad-exit=1"]
+    assert cmd[4:6] == ["--overlap", "--cpus-per-task=4"]
     assert "--overcommit" not in cmd
 
 
@@ -124,7 +125,9 @@ def test_under_slurm_the_launch_runs_the_step_with_the_ports_and_thread_share(
 ) -> None:
     """One node too: under Slurm every multi-worker launch is an srun step."""
     ran = []
-    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env: ran.append((cmd, env)))
+    monkeypatch.setattr(
+        tf_launch, "run_workers", lambda cmd, env, watch=None: ran.append((cmd, env))
+    )
     argv = ["train", "--workload", "ssd", "--run", "r0"]
     tf_launch.launch_training(_cfg(2, 1), argv, threads=8)
     ((cmd, env),) = ran
@@ -139,7 +142,7 @@ def test_under_slurm_the_launch_runs_the_step_with_the_ports_and_thread_share(
 def test_a_failed_step_fails_the_stage_with_its_status(
     job: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env: 3)
+    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env, watch=None: 3)
     with pytest.raises(SystemExit) as exc:
         tf_launch.launch_training(_cfg(2, 2), ["train"], threads=2)
     assert exc.value.code == 3
@@ -300,6 +303,6 @@ def test_slurm_tasks_are_slurms_to_end_and_watch_no_launcher(
 ) -> None:
     """A task's ancestors are Slurm's, not the launcher: it must not look for it there."""
     ran = []
-    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env: ran.append(env) or 0)
+    monkeypatch.setattr(tf_launch, "run_workers", lambda cmd, env, watch=None: ran.append(env) or 0)
     tf_launch.launch_training(_cfg(2, 1), ["train", "--workload", "ssd"], threads=2)
     assert lifeline.LAUNCHER_PID_ENV not in ran[0]

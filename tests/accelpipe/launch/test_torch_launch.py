@@ -138,6 +138,7 @@ def test_slurm_launch_is_one_torchrun_per_node_meeting_at_the_first_node(slurm: 
         "srun",
         "--ntasks-per-node=1",
         "--nodes=2",
+        "--kill-on-bad-exit=1",
         "--ntasks=2",
         *TORCHRUN,
         "--nnodes=2",
@@ -159,7 +160,10 @@ def test_slurm_launch_passes_cpus_per_task_and_master_port(
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "16")
     monkeypatch.setenv("MASTER_PORT", "29600")
     cmd = launch_command(2, 1, ARGV, under_slurm=True)
-    assert cmd[:4] == ["srun", "--ntasks-per-node=1", "--nodes=1", "--cpus-per-task=16"]
+    assert cmd[:5] == [
+        *("srun", "--ntasks-per-node=1", "--nodes=1", "--kill-on-bad-exit=1"),
+        "--cpus-per-task=16",
+    ]
     assert "--rdzv-endpoint=gpu017:29600" in cmd and "--nnodes=1" in cmd
 
 
@@ -173,7 +177,10 @@ def test_slurm_launch_inside_a_job_step_overlaps_it(
     monkeypatch.setenv("SLURM_NNODES", "1")
     monkeypatch.delenv("SLURM_JOB_NUM_NODES")
     cmd = launch_command(2, 2, ARGV, under_slurm=True, port=29511)
-    assert cmd[:4] == ["srun", "--ntasks-per-node=1", "--nodes=2", "--overlap"]
+    assert cmd[:5] == [
+        *("srun", "--ntasks-per-node=1", "--nodes=2", "--kill-on-bad-exit=1"),
+        "--overlap",
+    ]
     assert "--rdzv-endpoint=gpu017:29511" in cmd
 
 

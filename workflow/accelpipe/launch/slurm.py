@@ -1,7 +1,8 @@
 """Slurm's rules for a training job's launch, the same for both frameworks' launchers
 (launch.torch_launch: one torchrun per node; launch.tf_launch: one TF worker per task): the
 job must have the nodes the config asks, a step inside a job step overlaps it, each task
-gets its share of the job's CPUs, and the node list is expanded by `scontrol`.
+gets its share of the job's CPUs, one failed task ends the step on every node, the node list
+is expanded by `scontrol`, and a node lost mid-step is named (`StepWatch`).
 
 A refusal names the config key of the workload whose launch asked (`config_key`).
 """
@@ -46,7 +47,14 @@ def srun_command(nodes: int, tasks_per_node: int, key: str) -> list[str]:
             f"config key '{key}': {nodes} nodes, but Slurm job "
             f"{os.environ.get('SLURM_JOB_ID')} has {allocated}"
         )
-    cmd = ["srun", f"--ntasks-per-node={tasks_per_node}", f"--nodes={nodes}"]
+    # --kill-on-bad-exit: one failed task ends the step everywhere; without it the ranks on
+    # the other nodes would wait in a collective until its timeout (30 min for gloo and NCCL).
+    cmd = [
+        "srun",
+        f"--ntasks-per-node={tasks_per_node}",
+        f"--nodes={nodes}",
+        "--kill-on-bad-exit=1",
+    ]
     # Inside a job step already (Snakemake's Slurm executor runs each job in `srun -n1`), a new
     # step would wait forever for the CPUs that step holds unless it may overlap it.
     if "SLURM_STEP_ID" in os.environ:
@@ -170,3 +178,79 @@ def largest_partition() -> int | None:
         name, count = line.split()
         per_partition[name] = per_partition.get(name, 0) + int(count)
     return max(per_partition.values(), default=None)
+
+
+# srun's report of a task that ended badly, e.g. "srun: error: node7: task 1: Exited with
+# exit code 1" or "srun: error: node[3-4]: tasks 0-7: Killed".
+_TASK_FAILED = re.compile(r"^srun: error: (\S+): tasks? [\d,\-]+: ")
+# sinfo's %T state of a node that cannot finish its share of a step: a trailing `*` is "not
+# responding" (a missed ping), the others are states Slurm gives a node it gave up on.
+_LOST_STATES = ("down", "fail", "failing", "unknown")
+
+
+def unresponsive_nodes(nodelist: str) -> dict[str, str]:
+    """The nodes of `nodelist` that Slurm reports not responding, down or failed, with their
+    sinfo state; {} where sinfo cannot say (a controller that does not answer names no node)."""
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N %T"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    lost = {}
+    for line in out.splitlines():  # a line per node and partition
+        node, state = line.split()
+        if state.endswith("*") or state.rstrip("*~#$@+^-!%") in _LOST_STATES:
+            lost[node] = state
+    return lost
+
+
+class StepWatch:
+    """Whether a multi-node srun step lost a node, for the launcher that waits on it.
+
+    A node that dies mid-step (crashed, its slurmd and tasks gone) reports nothing: the ranks
+    on the other nodes fail in their next collective, srun (--kill-on-bad-exit) reports their
+    exit and stops the step, then waits for the dead node to confirm its tasks stopped, until
+    Slurm declares it down (SlurmdTimeout, 300 s by default). Once srun has reported a failed
+    task (`saw`), `lost` asks Slurm whether a node of the job stopped responding and, if one
+    did, says which: the launcher then stops srun instead of waiting. Nothing is asked while
+    the step is healthy, so a missed ping on a busy node stops no training.
+    """
+
+    def __init__(self, job: str, nodelist: str) -> None:
+        self.job, self.nodelist = job, nodelist
+        self.failed_on: list[str] = []  # the nodes srun reported a failed task on
+
+    def saw(self, line: str) -> None:
+        """One line of srun's output."""
+        if match := _TASK_FAILED.match(line):
+            self.failed_on.append(match[1])
+
+    def lost(self) -> str | None:
+        """One line naming the node(s) lost while the step fails; None while none is."""
+        if not self.failed_on:
+            return None
+        nodes = unresponsive_nodes(self.nodelist)
+        if not nodes:
+            return None
+        named = ", ".join(f"{node} (Slurm state {state})" for node, state in sorted(nodes.items()))
+        return (
+            f"Slurm job {self.job} lost node {named} during training: the tasks on "
+            f"{', '.join(sorted(set(self.failed_on)))} failed and the step was stopped; "
+            "a re-run resumes from the last checkpoint"
+        )
+
+
+def step_watch(nodes: int) -> StepWatch | None:
+    """The watch for a launch over `nodes` nodes of this Slurm job; None for one node, where
+    srun ends with the node's tasks."""
+    if nodes < 2:
+        return None
+    nodelist = job_allocation()[1]
+    if not nodelist:
+        raise AccelpipeError("Slurm job without SLURM_JOB_NODELIST: cannot watch its nodes")
+    return StepWatch(os.environ.get("SLURM_JOB_ID", "?"), nodelist)

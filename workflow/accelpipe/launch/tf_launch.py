@@ -16,9 +16,8 @@ Two launches:
   node or several: one `srun` step of `devices` tasks per node, with the Slurm rules both
   launchers share (`launch.slurm.srun_command`: the job must have the nodes, inside a job
   step the new one overlaps it, the job's CPUs per task are split over a node's tasks, or
-  overcommitted where they are fewer), plus the task count (else srun takes the job's
-  SLURM_NTASKS), block distribution (ranks fill the nodes in order, which TF_CONFIG relies on) and
-  --kill-on-bad-exit (one failed worker would leave the others hanging in a collective).
+  overcommitted where they are fewer, one failed task ends the step, a lost node is named),
+  plus block distribution (ranks fill the nodes in order, which TF_CONFIG relies on).
   srun on one node too, like the PyTorch side: then Slurm owns every worker (scancel and the
   time limit reach them, a failure stops the step), and the one-node launch is the multi-node
   one, so a single-node Slurm tests the multi-node path.
@@ -65,8 +64,9 @@ from accelpipe.launch.slurm import (
     slurm_hostnames,
     srun_command,
     srun_env,
+    step_watch,
 )
-from accelpipe.launch.workers import launched_env, run_workers
+from accelpipe.launch.workers import LAUNCH_ID_ENV, launched_env, reap, run_workers
 
 log = logging.getLogger(__name__)
 # The lease's visibility variables: each worker keeps the one device of its index.
@@ -130,7 +130,6 @@ def slurm_command(devices: int, nodes: int, cmd: list[str], key: str) -> list[st
     return [
         *srun_command(nodes, devices, key),
         "--distribution=block",
-        "--kill-on-bad-exit=1",
         *(sys.executable, "-m", "accelpipe.launch.tf_launch"),
         *cmd,
     ]
@@ -158,6 +157,7 @@ def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> 
             if proc.poll() is None:  # one worker failed: the collectives of the rest would hang
                 proc.terminate()
                 proc.wait()
+        reap(environ[LAUNCH_ID_ENV])  # whatever the workers started
     if code:
         log.error("TensorFlow workers failed (status %d)", code)
         raise SystemExit(code)
@@ -191,7 +191,7 @@ def _launch_slurm(cfg: TrainSettings, cmd: list[str], share: str, key: str) -> N
     }
     workers = f"{cfg.devices * cfg.nodes} TensorFlow workers ({cfg.devices} per node)"
     log.info("training on %s through srun: %s", workers, shlex.join(srun))
-    code = run_workers(srun, srun_env(env))
+    code = run_workers(srun, srun_env(env), step_watch(cfg.nodes))
     if code:
         raise SystemExit(code)
 

@@ -208,11 +208,12 @@ def launch_training(cfg: TrainSettings, stage_argv: list[str], threads: int) -> 
     under_slurm = "SLURM_JOB_ID" in os.environ
     cmd = launch_command(cfg.devices, cfg.nodes, stage_argv, under_slurm)
     env = {**os.environ, **workers.launched_env(under_slurm)}
+    watch = None
     if under_slurm:
-        env = slurm.srun_env(env)
+        env, watch = slurm.srun_env(env), slurm.step_watch(cfg.nodes)
     # torchrun would set 1 (with a warning); each rank sets its share in `cmd_train` anyway.
     env.setdefault("OMP_NUM_THREADS", str(max(1, threads // cfg.devices)))
     log.info("training on %d processes: %s", cfg.devices * cfg.nodes, shlex.join(cmd))
-    code = workers.run_workers(cmd, env)
+    code = workers.run_workers(cmd, env, watch)
     if code:
         raise SystemExit(code)
