@@ -72,29 +72,31 @@ def test_the_launchers_srun_gets_the_jobs_identity_and_no_step_variable() -> Non
     }  # fmt: skip
 
 
+def _fake_sinfo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: str, then: str = "exit 0"
+) -> Path:
+    """An sinfo on PATH that records its arguments in `args`, prints `lines`, then runs
+    `then`."""
+    sinfo = tmp_path / "sinfo"
+    sinfo.write_text(f'#!/bin/sh\necho "$@" >> "{tmp_path}/args"\nprintf "{lines}"\n{then}\n')
+    sinfo.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path / "args"
+
+
 def test_the_largest_partition_counts_its_nodes_in_every_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # sinfo -o "%R %D": a line per partition and node state
-    sinfo = tmp_path / "sinfo"
-    sinfo.write_text('#!/bin/sh\nprintf "debug 1\\ntwo 1\\ntwo 1\\ngpu 1\\n"\n')
-    sinfo.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    _fake_sinfo(tmp_path, monkeypatch, "debug 1\\ntwo 1\\ntwo 1\\ngpu 1\\n")
     largest_partition.cache_clear()
     assert largest_partition() == 2
     largest_partition.cache_clear()  # asked once per process
-    sinfo.write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact' >&2; exit 1\n")
+    _fake_sinfo(
+        tmp_path, monkeypatch, "", "echo 'slurm_load_partitions: Unable to contact' >&2; exit 1"
+    )
     assert largest_partition() is None  # no answer: no check
     largest_partition.cache_clear()
-
-
-def _fake_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: str) -> Path:
-    """An sinfo on PATH that prints `lines` and records its arguments in `args`."""
-    sinfo = tmp_path / "sinfo"
-    sinfo.write_text(f'#!/bin/sh\necho "$@" >> "{tmp_path}/args"\nprintf "{lines}"\n')
-    sinfo.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    return tmp_path / "args"
 
 
 def test_the_watch_asks_slurm_only_once_a_task_failed_and_names_the_lost_node(
@@ -133,10 +135,7 @@ def test_nodes_slurm_stopped_hearing_from_or_gave_up_on_are_unresponsive(
 def test_a_controller_that_does_not_answer_names_no_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sinfo = tmp_path / "sinfo"
-    sinfo.write_text("#!/bin/sh\necho 'slurm_load_node: Unable to contact' >&2; exit 1\n")
-    sinfo.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    _fake_sinfo(tmp_path, monkeypatch, "", "echo 'slurm_load_node: Unable to contact' >&2; exit 1")
     watch = StepWatch("7", "n[1-2]")
     watch.saw("srun: error: n1: tasks 0-3: Killed")
     assert watch.lost() is None
