@@ -236,8 +236,9 @@ def loads_matching(
     hits = [m.start() for m in pattern.finditer(clean, 0, int(ends[-1]) + 1)]
     if not hits:
         return []
-    idx = np.unique(np.searchsorted(starts, hits, side="right") - 1)
-    idx = idx[idx >= 0]
+    # hits ascend, so the objects holding them do: drop repeats without np.unique's sort
+    idx = np.searchsorted(starts, hits, side="right") - 1
+    idx = idx[np.flatnonzero((idx >= 0) & np.diff(idx, prepend=-1).astype(bool))]
     return loads_batch(seg, starts[idx].tolist(), (ends[idx] + 1).tolist(), base, first)
 
 
