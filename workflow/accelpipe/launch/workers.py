@@ -67,6 +67,7 @@ class Watch(Protocol):
 WATCH_S = 10.0  # how often a watched launch asks its watch
 STOP_GRACE_S = 15.0  # a launcher told to stop (SIGTERM) is killed after this
 REAP_S = 30.0  # this node's launched processes are killed if still there after this
+KILLED_S = 10.0  # and then waited for this long to have exited
 
 
 class LaunchStopped(AccelpipeError):
@@ -144,6 +145,9 @@ def reap(launch_id: str) -> list[int]:
     for pid in left:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILLED_S  # SIGKILL is sent at once, but takes a moment
+    while not all(map(_ended, left)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     if left:
         log.warning(
             "killed %d training process(es) still running %.0f s after their launch ended: %s",
@@ -152,6 +156,14 @@ def reap(launch_id: str) -> list[int]:
             ", ".join(map(str, left)),
         )
     return left
+
+
+def _ended(pid: int) -> bool:
+    """Exited: gone, or a zombie its parent has not waited for (it holds nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except (OSError, IndexError):
+        return True
 
 
 def _launched(launch_id: str) -> list[int]:
