@@ -25,36 +25,43 @@ BUSY_SHARE = 0.9
 
 @dataclass
 class Pass:
-    """A timed pass: its wall seconds and the CPU seconds it used (filled when it ends)."""
+    """A timed pass: its wall seconds, the CPU seconds it used, and of those the ones this
+    process used itself (the parent of the pool: its serial part, filled when it ends)."""
 
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    parent_cpu_s: float = 0.0
 
 
-def _cpu_s() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+def _cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 @contextmanager
 def timed() -> Iterator[Pass]:
     """Times the block's wall and CPU seconds into the Pass it yields."""
-    measured, cpu0, start = Pass(), _cpu_s(), time.perf_counter()
+    measured, start = Pass(), time.perf_counter()
+    own0, children0 = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
     yield measured
     measured.wall_s = time.perf_counter() - start
-    measured.cpu_s = _cpu_s() - cpu0
+    measured.parent_cpu_s = _cpu_s(resource.RUSAGE_SELF) - own0
+    measured.cpu_s = measured.parent_cpu_s + _cpu_s(resource.RUSAGE_CHILDREN) - children0
 
 
 def verdict(measured: Pass, workers: int) -> dict[str, float | int | str]:
     """The pass's CPU seconds, its average busy cores, the cores it could use (its workers,
     at most the cores this process may run on) and its bound: `cpu` when it kept them busy,
-    `waits` when it did not."""
+    `waits` when it did not. `parent_busy`: the share of the wall this process itself
+    computed (parsing, planning, feeding the pool); where the pass waits, a large one names
+    the serial part, a small one the disk or the pool's start-up."""
     usable = max(1, min(workers, len(os.sched_getaffinity(0))))
-    busy = measured.cpu_s / measured.wall_s if measured.wall_s > 0 else 0.0
+    wall = measured.wall_s if measured.wall_s > 0 else float("inf")
+    busy = measured.cpu_s / wall
     return {
         "cpu_s": round(measured.cpu_s, 3),
         "cores_busy": round(busy, 2),
         "cores_usable": usable,
+        "parent_busy": round(measured.parent_cpu_s / wall, 2),
         "bound": "cpu" if busy >= BUSY_SHARE * usable else "waits",
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -27,8 +29,11 @@ def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_busy_cores_against_usable_ones(
     cpu_s: float, workers: int, busy: float, usable: int, verdict: str
 ) -> None:
-    result = bound.verdict(bound.Pass(wall_s=1.0, cpu_s=cpu_s), workers)
-    assert result == {"cpu_s": cpu_s, "cores_busy": busy, "cores_usable": usable, "bound": verdict}
+    result = bound.verdict(bound.Pass(wall_s=1.0, cpu_s=cpu_s, parent_cpu_s=0.3), workers)
+    assert result == {
+        "cpu_s": cpu_s, "cores_busy": busy, "cores_usable": usable, "parent_busy": 0.3,
+        "bound": verdict,
+    }  # fmt: skip
 
 
 def test_a_pass_that_sleeps_waits() -> None:
@@ -36,3 +41,18 @@ def test_a_pass_that_sleeps_waits() -> None:
         time.sleep(0.2)
     assert measured.wall_s >= 0.2 and measured.cpu_s < measured.wall_s / 2
     assert bound.verdict(measured, 1)["bound"] == "waits"
+
+
+def test_the_parent_share_counts_this_process_alone() -> None:
+    """A pass whose parent computes while its child sleeps: the parent's share is its own
+    CPU seconds over the wall, and it is part of the pass's CPU seconds."""
+    with bound.timed() as measured:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.4)"])
+        deadline = time.process_time() + 0.2
+        while time.process_time() < deadline:  # the parent's serial part
+            pass
+        child.wait()
+    result = bound.verdict(measured, 2)
+    assert 0.2 <= measured.parent_cpu_s <= measured.cpu_s
+    assert result["parent_busy"] == round(measured.parent_cpu_s / measured.wall_s, 2)
+    assert result["bound"] == "waits"
