@@ -64,6 +64,11 @@ def _plain(events: list[dict]) -> dict:
     op scopes: one per group_id) the host busy time (union of its intervals) and span; and
     per step, its breakdown (``plain_breakdown``) among all section intervals."""
     steps, intervals, groups = [], [], defaultdict(lambda: defaultdict(list))
+    markers = sorted(  # step markers: (start, end, step group: its group_id, else its own)
+        (ev["ts"], ev["ts"] + ev["dur"], ev["args"].get("group_id", ("marker", i)))
+        for i, ev in enumerate(events)
+        if ev.get("ph") == "X" and "step_num" in (ev.get("args") or {})
+    )
     for ev in events:
         if ev.get("ph") != "X":
             continue
@@ -76,7 +81,8 @@ def _plain(events: list[dict]) -> dict:
         elif "/" in args.get("long_name", ""):
             sec = SCOPE.get(args["long_name"].split("/")[0])
             if sec is not None:
-                groups[sec][args["group_id"]].append((ev["ts"], end))
+                group = args.get("group_id", _containing_step(markers, ev["ts"]))
+                groups[sec][group].append((ev["ts"], end))
                 intervals.append((sec, ev["ts"], end))
     sections = {
         name: [
@@ -86,6 +92,14 @@ def _plain(events: list[dict]) -> dict:
     }
     breakdown = [plain_breakdown(lo, hi, intervals) for lo, hi in steps]
     return {"steps": [hi - lo for lo, hi in steps], "sections": sections, "breakdown": breakdown}
+
+
+def _containing_step(markers: list[tuple], ts: float) -> object:
+    """The step group of an op without a group_id (TF leaves some ops ungrouped, by timing):
+    that of the last step marker starting at or before it, if it ends at or after it; else
+    one group for all such ops."""
+    before = [m for m in markers if m[0] <= ts]
+    return before[-1][2] if before and ts <= before[-1][1] else "ungrouped"
 
 
 def _check_against_plain(summary: dict, plain: dict) -> None:
