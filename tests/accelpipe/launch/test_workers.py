@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from accelpipe.launch import workers
+from accelpipe.launch import lifeline, workers
 from accelpipe.launch.workers import LAUNCH_ID_ENV, LaunchStopped, reap, run_workers
 
 # A process that outlives SIGTERM, as a rank blocked in a collective or a srun waiting for a
@@ -38,10 +38,8 @@ def short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _alive(pid: int) -> bool:
     """Running, not a zombie waiting for its parent."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = lifeline.proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def _launch_env() -> dict[str, str]:

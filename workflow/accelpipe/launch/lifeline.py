@@ -59,16 +59,21 @@ def launcher_env(pid: int | None = None) -> dict[str, str]:
     return {LAUNCHER_PID_ENV: str(os.getpid() if pid is None else pid)}
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...); None when
+    the process is gone. The name may hold spaces and parentheses: split at its last ')'."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def ancestors(pid: int | None = None) -> list[int]:
     """The pids above `pid` (default: this process), its parent first, up to the root."""
     chain: list[int] = []
     current = os.getpid() if pid is None else pid
-    while current > 1:
-        try:
-            stat = Path(f"/proc/{current}/stat").read_text()
-        except OSError:
-            break
-        current = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
+    while current > 1 and (fields := proc_stat(current)) is not None:
+        current = int(fields[1])
         chain.append(current)
     return chain
 

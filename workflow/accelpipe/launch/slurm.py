@@ -223,12 +223,12 @@ class StepWatch:
 
     def __init__(self, job: str, nodelist: str) -> None:
         self.job, self.nodelist = job, nodelist
-        self.failed_on: list[str] = []  # the nodes srun reported a failed task on
+        self.failed_on: set[str] = set()  # the nodes srun reported a failed task on
 
     def saw(self, line: str) -> None:
         """One line of srun's output."""
         if match := _TASK_FAILED.match(line):
-            self.failed_on.append(match[1])
+            self.failed_on.add(match[1])
 
     def lost(self) -> str | None:
         """One line naming the node(s) lost while the step fails; None while none is."""
@@ -240,7 +240,7 @@ class StepWatch:
         named = ", ".join(f"{node} (Slurm state {state})" for node, state in sorted(nodes.items()))
         return (
             f"Slurm job {self.job} lost node {named} during training: the tasks on "
-            f"{', '.join(sorted(set(self.failed_on)))} failed and the step was stopped; "
+            f"{', '.join(sorted(self.failed_on))} failed and the step was stopped; "
             "a re-run resumes from the last checkpoint"
         )
 

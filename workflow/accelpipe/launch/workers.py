@@ -160,10 +160,8 @@ def reap(launch_id: str) -> list[int]:
 
 def _ended(pid: int) -> bool:
     """Exited: gone, or a zombie its parent has not waited for (it holds nothing)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
-    except (OSError, IndexError):
-        return True
+    fields = lifeline.proc_stat(pid)
+    return fields is None or fields[0] in "ZX"
 
 
 def _launched(launch_id: str) -> list[int]:
