@@ -30,14 +30,69 @@ class Scratch:
     page faults than the comparisons that fill them."""
 
     def __init__(self) -> None:
-        self.flags = np.empty(0, np.bool_)
-        self.other = np.empty(0, np.bool_)
+        self.buffers = [np.empty(0, np.bool_), np.empty(0, np.bool_)]
 
     def equal(self, a: np.ndarray, byte: int, other: bool = False) -> np.ndarray:
-        if len(self.flags) < len(a):
-            self.flags = np.empty(len(a), np.bool_)
-            self.other = np.empty(len(a), np.bool_)
-        return np.equal(a, byte, out=(self.other if other else self.flags)[: len(a)])
+        if len(self.buffers[other]) < len(a):
+            self.buffers[other] = np.empty(len(a), np.bool_)
+        return np.equal(a, byte, out=self.buffers[other][: len(a)])
+
+
+def byte_words(buf: bytes | np.ndarray) -> np.ndarray:
+    """The eight bytes from each offset of ``buf`` as little-endian uint64 (``len - 7`` of
+    them): an overlapping view, no copy, so one gather tests eight bytes at many places."""
+    return np.ndarray((max(len(buf) - 7, 0),), dtype="<u8", buffer=buf, strides=(1,))
+
+
+def word(text: bytes) -> np.uint64:
+    """``text`` (at most eight bytes) as ``byte_words`` reads it, zero-padded."""
+    return np.uint64(int.from_bytes(text, "little"))
+
+
+_LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)  # n low bytes
+
+
+def begins_with(words: np.ndarray, pos: np.ndarray, texts: tuple[bytes, ...]) -> np.ndarray:
+    """Mask of ``pos`` where the bytes begin with any of ``texts`` (each at most 16 bytes;
+    ``pos + 8`` must index ``words``)."""
+    if max(map(len, texts), default=0) > 16:
+        raise ValueError(f"begins_with compares at most 16 bytes: {texts}")
+    head, rest = words[pos], words[pos + 8]
+    found = np.zeros(len(pos), np.bool_)
+    for text in texts:
+        hit = (head & _LOW_BYTES[min(len(text), 8)]) == word(text[:8])
+        if len(text) > 8:
+            hit &= (rest & _LOW_BYTES[len(text) - 8]) == word(text[8:])
+        found |= hit
+    return found
+
+
+def string_values(
+    a: np.ndarray, words: np.ndarray, key: bytes, end: int, scratch: Scratch
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where ``key"`` (``key`` without its opening quote, at most 7 bytes) occurs in
+    ``a[:end]``. Returns (found, values, odd): the places followed by ``": "`` or ``":"``
+    and a string with 16 bytes before ``end``, where those strings' text begins, and the
+    places that may be ``key"`` with any other separator or too near ``end`` to look at
+    here (ascending; the caller looks at those one by one).
+
+    The caller decides what a match means (it may be a nested key, or the end of a longer
+    key); on escape-free bytes every ``key"`` is the end of a key or of a string value.
+    """
+    pattern = key + b'"'
+    limit = min(end, len(a))
+    at = np.flatnonzero(scratch.equal(a[:limit], key[0]))
+    near = at[at >= len(words)]  # fewer than eight bytes left: no word to compare
+    at = at[: len(at) - len(near)]
+    at = at[(words[at] & _LOW_BYTES[len(pattern)]) == word(pattern)]
+    after = at + len(pattern)
+    readable = after + 3 + 16 <= limit  # the separator and 16 bytes of the value
+    sep = words[np.where(readable, after, 0)]
+    spaced = (sep & _LOW_BYTES[3]) == word(b': "')
+    tight = (sep & _LOW_BYTES[2]) == word(b':"')
+    ok = readable & (spaced | tight)
+    values = after + np.where(spaced, 3, 2)
+    return at[ok], values[ok], np.concatenate((at[~ok], near))
 
 
 def outside_strings(a: np.ndarray, pos: np.ndarray, scratch: Scratch) -> np.ndarray:
@@ -50,7 +105,7 @@ def outside_strings(a: np.ndarray, pos: np.ndarray, scratch: Scratch) -> np.ndar
     packed = np.concatenate((packed, np.zeros(-len(packed) % 8, np.uint8)))
     words = packed.view("<u8")
     word_par = parity64(words)
-    before = np.cumsum(word_par, dtype=np.uint8) - word_par  # mod 256 keeps the parity
+    before = np.cumsum(word_par, dtype=np.int32) - word_par  # int32: 4x faster than uint8
     w = pos >> 6
     below = (np.uint64(1) << (pos & 63).astype(np.uint64)) - np.uint64(1)
     return ((before[w] + parity64(words[w] & below)) & 1) == 0
@@ -94,6 +149,8 @@ def first_bad_gap(
     want = np.ones(n, np.int64)
     if first:
         want[0] = 0
+    rows = _unlike_last_gap(seg, a, gap_start, gap_len)
+    gap_start, gap_len, want = gap_start[rows], gap_len[rows], want[rows]
     cols = np.arange(min(GAP_WIDTH, max(int(gap_len.max()), 1)))  # kineto: 4, compact: 1
     block = a[np.minimum(gap_start[:, None] + cols, len(a) - 1)]
     valid = cols < gap_len[:, None]
@@ -102,10 +159,31 @@ def first_bad_gap(
     ok = (space | comma | ~valid).all(axis=1) & (comma.sum(axis=1) == want)
     ok &= gap_len <= GAP_WIDTH
     for i in np.flatnonzero(~ok):  # long gaps (indented writers) are checked one by one
-        text = seg[gap_start[i] : starts[i]]
-        if len(text) <= GAP_WIDTH or text.translate(None, WHITESPACE) != b"," * int(want[i]):
-            return int(i)
+        text = seg[gap_start[i] : starts[rows[i]]]
+        if len(text) <= GAP_WIDTH or _bare(text) != b"," * int(want[i]):
+            return int(rows[i])
     return n
+
+
+def _unlike_last_gap(
+    seg: bytes, a: np.ndarray, gap_start: np.ndarray, gap_len: np.ndarray
+) -> np.ndarray:
+    """Rows whose gap must be checked. A writer repeats one separator: when the last gap
+    is a good one of up to eight bytes, every gap equal to it is good too. The first gap
+    (which may want no comma) and the last are always among the rows."""
+    words = byte_words(a)
+    n = len(gap_start)
+    last = seg[gap_start[-1] : gap_start[-1] + gap_len[-1]]
+    if n < 3 or gap_start[-1] >= len(words) or len(last) > 8 or _bare(last) != b",":
+        return np.arange(n)
+    sep = words[np.minimum(gap_start, len(words) - 1)] & _LOW_BYTES[np.minimum(gap_len, 8)]
+    same = (gap_len == gap_len[-1]) & (sep == sep[-1]) & (gap_start < len(words))
+    same[0] = same[-1] = False
+    return np.flatnonzero(~same)
+
+
+def _bare(text: bytes) -> bytes:
+    return text.translate(None, WHITESPACE)
 
 
 def check_tail(text: bytes, first: bool, offset: int) -> int | None:

@@ -234,7 +234,15 @@ def loads_matching(
     matches ``clean`` (the block with string contents blanked), decoded in one batch; the
     rest are never decoded."""
     hits = [m.start() for m in pattern.finditer(clean, 0, int(ends[-1]) + 1)]
-    if not hits:
+    return loads_holding(np.asarray(hits, np.int64), seg, starts, ends, base, first)
+
+
+def loads_holding(
+    hits: np.ndarray, seg: bytes, starts: np.ndarray, ends: np.ndarray, base: int, first: int
+) -> list:
+    """The block's events that hold a position of ``hits`` (ascending, none past the last
+    event's end), decoded in one batch."""
+    if not len(hits):
         return []
     # hits ascend, so the objects holding them do: drop repeats without np.unique's sort
     idx = np.searchsorted(starts, hits, side="right") - 1
