@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 CPU, GPU = {"pid": 100, "tid": 1}, {"pid": 0, "tid": 7}
+# Real GPU traces recorded by others (HTA's test data), beside the project's checkout.
+SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 
 def x_event(cat: str, name: str, ts: float, dur: float, where: dict, /, **args: object) -> dict:

@@ -23,10 +23,9 @@ import pytest
 from accelpipe.cli import build_parser
 from accelpipe.stages.trace import run_summarize_trace
 from accelpipe.traces import classify, render_markdown, summarize_traces
-from tests.helpers.chrome_traces import write_trace, x_event
+from tests.helpers.chrome_traces import SHARED_TRACES, write_trace, x_event
 
-SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces"
-REAL = sorted(p.name for p in SHARED.glob("*.json*")) if SHARED.is_dir() else []
+REAL = sorted(p.name for p in SHARED_TRACES.glob("*.json*")) if SHARED_TRACES.is_dir() else []
 HOST = {"pid": 100, "tid": 1}
 
 
@@ -297,7 +296,7 @@ def _agree(ours: dict, hta: dict, path: str) -> dict[str, float]:
 
 @pytest.mark.parametrize("name", REAL)
 def test_agrees_with_hta_on_real_traces(name: str, tmp_path: Path) -> None:
-    path = SHARED / name
+    path = SHARED_TRACES / name
     ours = summarize_traces(path)["device_ranks"]["0"]
     _agree(ours, hta_figures([path], tmp_path)[0], name)
 
@@ -346,7 +345,7 @@ def test_hta_rounding_is_the_difference(tmp_path: Path) -> None:
     trace that moves compute time by ~15 µs, beyond the tolerance. Rounded the same way, the
     trace gives our figures HTA's own."""
     name = "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-    path = SHARED / name
+    path = SHARED_TRACES / name
     if not path.is_file():
         pytest.skip(f"{path} not found")
     hta = hta_figures([path], tmp_path, ns_rounding=True)[0]
@@ -369,7 +368,7 @@ def test_hta_cuda_sync_is_the_difference(tmp_path: Path) -> None:
     """HTA counts cuda_sync rows (Stream Sync, Stream Wait Event, ...) as device time; we do
     not. Taken as device ops (renamed kernels), the AlexNet trace gives HTA's own window."""
     name = "critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz"
-    path = SHARED / name
+    path = SHARED_TRACES / name
     if not path.is_file():
         pytest.skip(f"{path} not found")
     hta = hta_figures([path], tmp_path, drop_sync=False)[0]
@@ -423,7 +422,7 @@ def test_hta_last_step_is_the_difference(tmp_path: Path) -> None:
     """By default HTA leaves out device ops launched in the last ProfilerStep (and those
     with no launch); the sampled trace without them gives our figures HTA's default ones."""
     name = "timeline_analysis__sampled_rank-0.json.gz"
-    path = SHARED / name
+    path = SHARED_TRACES / name
     if not path.is_file():
         pytest.skip(f"{path} not found")
     hta = hta_figures([path], tmp_path, include_last=False)[0]

@@ -8,25 +8,18 @@ from __future__ import annotations
 import gzip
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from accelpipe.traces import collect, jsonscan, reader
-from tests.helpers.chrome_traces import filler
-
-SHARED_TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+from tests.helpers.chrome_traces import SHARED_TRACES, filler
 
 
 def _real_texts() -> list[bytes]:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"{SHARED_TRACES} is not here")
-    texts = []
-    for path in sorted(SHARED_TRACES.glob("*.json*")):
-        data = path.read_bytes()
-        texts.append(gzip.decompress(data) if path.suffix == ".gz" else data)
-    return texts
+    paths = sorted(SHARED_TRACES.glob("*.json*"))
+    assert paths, f"no traces in {SHARED_TRACES}"
+    return [gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes() for p in paths]
 
 
 def _by_definition(clean: bytes, end: int) -> list[int]:

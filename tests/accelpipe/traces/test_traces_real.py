@@ -13,6 +13,7 @@ import pytest
 
 from accelpipe.traces import summarize_traces
 from tests.helpers.chrome_traces import (
+    SHARED_TRACES,
     assert_close,
     gzipped,
     stats,
@@ -22,7 +23,6 @@ from tests.helpers.chrome_traces import (
 
 pytestmark = pytest.mark.torch
 
-SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces"
 REAL = {
     "timeline_analysis__sampled_rank-0.json.gz": "cuda",
     "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz": "rocm",
@@ -105,7 +105,7 @@ def _summary_of(instances: dict[str, list[dict]]) -> dict:
 
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_shared_gpu_traces_match_an_independent_reading(name: str) -> None:
-    path = SHARED / name
+    path = SHARED_TRACES / name
     if not path.exists():
         pytest.skip(f"{path} not present (the shared test data lives beside the project)")
     events = _load(path)
@@ -139,7 +139,7 @@ def test_shared_gpu_traces_match_an_independent_reading(name: str) -> None:
 
 
 def test_the_rocm_trace_leaves_out_its_short_last_step() -> None:
-    path = SHARED / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    path = SHARED_TRACES / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     if not path.exists():
         pytest.skip(f"{path} not present")
     steps = sorted(
@@ -157,7 +157,7 @@ def test_the_rocm_trace_leaves_out_its_short_last_step() -> None:
 def test_backward_gets_the_autograd_threads_kernels(name: str) -> None:
     """The launches inside backward come from another thread: the same-thread rule gives
     backward (almost) nothing, the process-wide rule all of them."""
-    path = SHARED / name
+    path = SHARED_TRACES / name
     if not path.exists():
         pytest.skip(f"{path} not present")
     events = _load(path)

@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 
 from accelpipe.traces import reader, render_markdown, summarize_traces
-from tests.helpers.chrome_traces import CPU, write_trace, x_event
+from tests.helpers.chrome_traces import CPU, SHARED_TRACES, write_trace, x_event
 
 pytestmark = pytest.mark.torch  # the standard loop's trace is made with torch.profiler
 
-SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces"
 ANN, OP = "user_annotation", "cpu_op"
 PRECEDENCE = ("collectives", "data", "optimizer", "backward pass", "forward pass")
 PARTS = ("data", "forward pass", "backward pass", "optimizer", "collectives")
@@ -205,7 +204,7 @@ REAL = {  # the parts each real trace's steps show
 
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_traces_are_split_by_their_structure(name: str) -> None:
-    path = SHARED / name
+    path = SHARED_TRACES / name
     if not path.exists():
         pytest.skip(f"{path} not present (the shared test data lives beside the project)")
     events = _load(path)
@@ -217,7 +216,8 @@ def test_real_traces_are_split_by_their_structure(name: str) -> None:
 
 
 def test_a_real_trace_without_steps_has_no_breakdown() -> None:
-    path = SHARED / "critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz"
+    name = "critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz"
+    path = SHARED_TRACES / name
     if not path.exists():
         pytest.skip(f"{path} not present")
     summary = summarize_traces([path])
@@ -231,7 +231,7 @@ def test_real_training_steps_leave_under_a_tenth_in_no_section() -> None:
         "timeline_analysis__sampled_rank-0.json.gz",
     )
     for name in whole:
-        path = SHARED / name
+        path = SHARED_TRACES / name
         if not path.exists():
             pytest.skip(f"{path} not present")
         breakdown = summarize_traces([path])["step_breakdown"]

@@ -24,6 +24,7 @@ from accelpipe.core.errors import AccelpipeError, ConfigError
 from accelpipe.launch import lifeline
 
 log = logging.getLogger(__name__)
+_workers_log = logging.getLogger("accelpipe.workers")  # the ranks' own lines
 
 
 def check_global_batch(batch_size: int, world_size: int, key: str = "train.batch_size") -> int:
@@ -113,7 +114,7 @@ def _relay(proc: subprocess.Popen[str], tail: collections.deque[str], watch: Wat
     assert proc.stdout is not None  # stdout=PIPE
     for line in proc.stdout:
         tail.append(line.rstrip())
-        logging.getLogger("accelpipe.workers").info("%s", tail[-1])
+        _workers_log.info("%s", tail[-1])
         if watch:
             watch.saw(tail[-1])
 

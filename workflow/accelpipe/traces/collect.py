@@ -30,14 +30,11 @@ from accelpipe.traces.tf_collect import TFEvents
 # so a hit is a real key ending in "cat" (possibly nested in args, or a longer key such as
 # "concat": the decoded event decides). ``_interesting`` tests the usual separators for all
 # keys at once; this pattern, the definition, is matched at the few places it cannot.
-_INTEREST_RE = re.compile(
-    rb'cat"\s*:\s*"(?!(?:' + b"|".join(c.encode() for c in classify.BULK_CATS) + rb')")'
-)
+_BULK_NAMES = b"|".join(c.encode() for c in classify.BULK_CATS)
+_INTEREST_RE = re.compile(rb'cat"\s*:\s*"(?!(?:' + _BULK_NAMES + rb')")')
 _BULK_VALUES = tuple(c.encode() + b'"' for c in classify.BULK_CATS)
 # A bulk category: proof of a kineto trace when a block holds nothing else.
-_BULK_RE = re.compile(
-    rb'"cat"\s*:\s*"(?:' + b"|".join(c.encode() for c in classify.BULK_CATS) + rb')"'
-)
+_BULK_RE = re.compile(rb'"cat"\s*:\s*"(?:' + _BULK_NAMES + rb')"')
 _NUM = (int, float)  # compared with type(), so bools are not numbers here
 
 
